@@ -1,0 +1,162 @@
+//! The backbone: a stack of residual blocks and the final norm.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{backend::Backend, Tensor};
+
+use crate::block::{Mamba2Block, Mamba2BlockConfig};
+use crate::error::{check_shape, Mamba2Error};
+use crate::mixer::Mamba2Config;
+use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::ssd::upcast;
+use crate::state::BackboneState;
+
+/// Configuration of a [`Mamba2Backbone`].
+#[derive(Config, Debug)]
+pub struct Mamba2BackboneConfig {
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// The mixer of every block.
+    pub mixer: Mamba2Config,
+    /// Epsilon of the block norms and the final norm. Default: 1e-5.
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// Scale each out_proj weight by `1/√n_layer` at init, as state-spaces does. Default: true.
+    #[config(default = true)]
+    pub rescale_prenorm_residual: bool,
+}
+
+impl Mamba2BackboneConfig {
+    /// Checks the config (and its mixer's).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.n_layer == 0 {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "n_layer",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if !(self.norm_eps > 0.0) {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "norm_eps",
+                reason: format!("must be > 0, got {}", self.norm_eps),
+            });
+        }
+        self.mixer.validate()
+    }
+
+    /// Builds the backbone with state-spaces' initialisation.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2Backbone<B>> {
+        self.validate()?;
+        let block = Mamba2BlockConfig::new(self.mixer.clone()).with_norm_eps(self.norm_eps);
+        let scale = 1.0 / (self.n_layer as f64).sqrt();
+        let layers = (0..self.n_layer)
+            .map(|_| {
+                let mut layer = block.init(device)?;
+                if self.rescale_prenorm_residual {
+                    let w = layer.mixer.out_proj.weight.val() * scale;
+                    layer.mixer.out_proj.weight = crate::param(w);
+                }
+                Ok(layer)
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(Mamba2Backbone {
+            layers,
+            norm_f: RmsNormConfig::new(self.mixer.d_model)
+                .with_eps(self.norm_eps)
+                .init(device),
+        })
+    }
+}
+
+/// A stack of [`Mamba2Block`]s followed by the final RMSNorm `norm_f`.
+#[derive(Module, Debug)]
+pub struct Mamba2Backbone<B: Backend> {
+    /// The blocks, in order.
+    pub layers: Vec<Mamba2Block<B>>,
+    /// The final norm.
+    pub norm_f: RmsNorm<B>,
+}
+
+impl<B: Backend> Mamba2Backbone<B> {
+    /// Width of the residual stream.
+    pub fn d_model(&self) -> usize {
+        self.layers[0].mixer.d_model()
+    }
+
+    /// The all-zero state of a fresh batch of `batch` sequences.
+    pub fn zero_state(&self, batch: usize, device: &B::Device) -> BackboneState<B> {
+        BackboneState {
+            layers: self.layers.iter().map(|l| l.mixer.zero_state(batch, device)).collect(),
+        }
+    }
+
+    fn check_layers(&self, state: &BackboneState<B>) -> crate::Result<()> {
+        if state.layers.len() != self.layers.len() {
+            return Err(Mamba2Error::Shape {
+                name: "state.layers",
+                expected: format!("{} layer states", self.layers.len()),
+                actual: vec![state.layers.len()],
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs the blocks and returns the residual stream after each one (before `norm_f`)
+    /// with the new state.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`; returns one `[b, l, d_model]` per layer
+    pub fn forward_layers(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
+        check_shape("x", &x.dims(), &[None, None, Some(self.d_model())], "b, l, d_model")?;
+        let mut states: Vec<Option<_>> = match state {
+            Some(s) => {
+                self.check_layers(&s)?;
+                s.layers.into_iter().map(Some).collect()
+            }
+            None => vec![None; self.layers.len()],
+        };
+        let mut h = upcast(x); // the residual stream stays in f32 or wider
+        let mut outputs = Vec::with_capacity(self.layers.len());
+        let mut new_states = Vec::with_capacity(self.layers.len());
+        for (layer, state) in self.layers.iter().zip(states.iter_mut()) {
+            let (out, s) = layer.forward(h, state.take())?;
+            outputs.push(out.clone());
+            new_states.push(s);
+            h = out;
+        }
+        Ok((outputs, BackboneState { layers: new_states }))
+    }
+
+    /// # Shapes
+    /// - x: `[b, l, d_model]`; returns `[b, l, d_model]` (after `norm_f`) and the new state
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        let (mut outputs, state) = self.forward_layers(x, state)?;
+        let last = outputs.pop().expect("at least one layer");
+        Ok((self.norm_f.forward(last), state))
+    }
+
+    /// One recurrent step through every block.
+    ///
+    /// # Shapes
+    /// - x: `[b, d_model]`; returns `[b, d_model]` (after `norm_f`) and the new state
+    pub fn step(&self, x: Tensor<B, 2>, state: BackboneState<B>) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
+        check_shape("x", &x.dims(), &[None, Some(self.d_model())], "b, d_model")?;
+        self.check_layers(&state)?;
+        let mut h = upcast(x);
+        let mut new_states = Vec::with_capacity(self.layers.len());
+        for (layer, s) in self.layers.iter().zip(state.layers) {
+            let (out, s) = layer.step(h, s)?;
+            new_states.push(s);
+            h = out;
+        }
+        Ok((self.norm_f.forward(h), BackboneState { layers: new_states }))
+    }
+}

@@ -1,0 +1,66 @@
+//! The pre-norm residual block: `h + Mamba2(RMSNorm(h))`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{backend::Backend, Tensor};
+
+use crate::mixer::{Mamba2, Mamba2Config};
+use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::ssd::cast_to;
+use crate::state::Mamba2State;
+
+/// Configuration of a [`Mamba2Block`].
+#[derive(Config, Debug)]
+pub struct Mamba2BlockConfig {
+    /// The mixer.
+    pub mixer: Mamba2Config,
+    /// Epsilon of the pre-norm. Default: 1e-5.
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+}
+
+impl Mamba2BlockConfig {
+    /// Builds the block (norm weight 1, mixer as [`Mamba2Config::init`]).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2Block<B>> {
+        Ok(Mamba2Block {
+            norm: RmsNormConfig::new(self.mixer.d_model)
+                .with_eps(self.norm_eps)
+                .init(device),
+            mixer: self.mixer.init(device)?,
+        })
+    }
+}
+
+/// A residual block: `h_out = h + mixer(norm(h))`. The residual stream keeps the type it
+/// comes in with (the backbone keeps it in `f32` or wider).
+#[derive(Module, Debug)]
+pub struct Mamba2Block<B: Backend> {
+    /// The pre-norm.
+    pub norm: RmsNorm<B>,
+    /// The mixer.
+    pub mixer: Mamba2<B>,
+}
+
+impl<B: Backend> Mamba2Block<B> {
+    /// # Shapes
+    /// - h: `[b, l, d_model]`; returns `[b, l, d_model]` and the mixer's new state
+    pub fn forward(
+        &self,
+        h: Tensor<B, 3>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
+        let (y, state) = self.mixer.forward(x, state)?;
+        let dtype = h.dtype();
+        Ok((h + cast_to(y, dtype), state))
+    }
+
+    /// # Shapes
+    /// - h: `[b, d_model]`; returns `[b, d_model]` and the mixer's new state
+    pub fn step(&self, h: Tensor<B, 2>, state: Mamba2State<B>) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
+        let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
+        let (y, state) = self.mixer.step(x, state)?;
+        let dtype = h.dtype();
+        Ok((h + cast_to(y, dtype), state))
+    }
+}

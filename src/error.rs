@@ -1,0 +1,121 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong when building, running or loading a Mamba-2 model.
+///
+/// Every variant names the offending thing (a config field, an input, a tensor, a file), so
+/// that the message alone says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Mamba2Error {
+    /// A configuration field has a value the model cannot be built with.
+    #[error("invalid config: `{field}` {reason}")]
+    InvalidConfig {
+        /// The config field (or fields) at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An input tensor or state has the wrong shape.
+    #[error("wrong shape for `{name}`: expected {expected}, got {actual:?}")]
+    Shape {
+        /// The argument at fault (`x`, `state.conv`, ...).
+        name: &'static str,
+        /// The expected shape, in the spec's dimension letters (`[b, l, d_model]`).
+        expected: String,
+        /// The shape that was passed.
+        actual: Vec<usize>,
+    },
+
+    /// A checkpoint tensor expected by the model is not in the file.
+    #[error("checkpoint {file}: missing tensor `{name}`")]
+    MissingTensor {
+        /// The checkpoint file.
+        file: PathBuf,
+        /// The tensor name, as the checkpoint spells it.
+        name: String,
+    },
+
+    /// The checkpoint holds a tensor that no parameter of the model takes.
+    #[error("checkpoint {file}: unexpected tensor `{name}`")]
+    UnexpectedTensor {
+        /// The checkpoint file.
+        file: PathBuf,
+        /// The tensor name, as the checkpoint spells it.
+        name: String,
+    },
+
+    /// A checkpoint tensor has a shape other than the parameter's.
+    #[error("checkpoint {file}: tensor `{name}` has shape {actual:?}, expected {expected:?}")]
+    TensorShape {
+        /// The checkpoint file.
+        file: PathBuf,
+        /// The tensor name, as the checkpoint spells it.
+        name: String,
+        /// The shape the model needs (in the checkpoint's layout).
+        expected: Vec<usize>,
+        /// The shape in the file.
+        actual: Vec<usize>,
+    },
+
+    /// A checkpoint tensor is not a floating-point tensor.
+    #[error("checkpoint {file}: tensor `{name}` has dtype {dtype}, expected a float type")]
+    TensorDType {
+        /// The checkpoint file.
+        file: PathBuf,
+        /// The tensor name, as the checkpoint spells it.
+        name: String,
+        /// The dtype found in the file.
+        dtype: String,
+    },
+
+    /// A checkpoint or config file could not be read or parsed.
+    #[error("{file}: {reason}")]
+    File {
+        /// The file at fault.
+        file: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// The checkpoint describes a model this crate does not implement.
+    #[error("{file}: unsupported model: {reason}")]
+    Unsupported {
+        /// The config file at fault.
+        file: PathBuf,
+        /// What is not supported.
+        reason: String,
+    },
+}
+
+/// Shorthand for `Result<T, Mamba2Error>`.
+pub type Result<T> = std::result::Result<T, Mamba2Error>;
+
+/// Checks the rank-`D` shape `actual` against `expected`, where `None` accepts any size.
+pub(crate) fn check_shape(
+    name: &'static str,
+    actual: &[usize],
+    expected: &[Option<usize>],
+    letters: &str,
+) -> Result<()> {
+    let ok = actual.len() == expected.len()
+        && actual.iter().zip(expected).all(|(a, e)| e.is_none_or(|e| e == *a));
+    if ok {
+        Ok(())
+    } else {
+        let dims: Vec<String> = letters
+            .split(',')
+            .zip(expected)
+            .map(|(l, e)| match e {
+                Some(v) => format!("{}={v}", l.trim()),
+                None => l.trim().to_string(),
+            })
+            .collect();
+        Err(Mamba2Error::Shape {
+            name,
+            expected: format!("[{}]", dims.join(", ")),
+            actual: actual.to_vec(),
+        })
+    }
+}

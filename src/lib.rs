@@ -1,0 +1,30 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod backbone;
+pub mod block;
+pub mod checkpoint;
+pub mod error;
+pub mod lm;
+pub mod mixer;
+pub mod norm;
+pub mod regressor;
+pub mod ssd;
+pub mod state;
+
+pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
+pub use block::{Mamba2Block, Mamba2BlockConfig};
+pub use checkpoint::{load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat};
+pub use error::{Mamba2Error, Result};
+pub use lm::{Mamba2Lm, Mamba2LmConfig};
+pub use mixer::{DtLimit, Mamba2, Mamba2Config};
+pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};
+pub use state::{BackboneState, Mamba2State};
+
+/// A trainable parameter from an initial value, which may be computed (it is detached first,
+/// so that it becomes a leaf of the autodiff graph).
+pub(crate) fn param<B: burn::tensor::backend::Backend, const D: usize>(
+    value: burn::tensor::Tensor<B, D>,
+) -> burn::module::Param<burn::tensor::Tensor<B, D>> {
+    burn::module::Param::from_tensor(value.detach())
+}

@@ -1,0 +1,161 @@
+//! The causal language model: embedding, backbone, LM head.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Embedding, Linear};
+use burn::tensor::{backend::Backend, Distribution, ElementConversion, Int, Tensor};
+
+use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
+use crate::error::{Mamba2Error};
+use crate::state::BackboneState;
+
+/// Configuration of a [`Mamba2Lm`].
+#[derive(Config, Debug)]
+pub struct Mamba2LmConfig {
+    /// The backbone.
+    pub backbone: Mamba2BackboneConfig,
+    /// Tokenizer vocabulary size (before padding).
+    pub vocab_size: usize,
+    /// The embedding and head have `vocab_size` rounded up to a multiple of this. Default: 16
+    /// (the published Mamba-2 models).
+    #[config(default = 16)]
+    pub pad_vocab_size_multiple: usize,
+    /// Share the embedding matrix with the LM head. Default: true.
+    #[config(default = true)]
+    pub tie_embeddings: bool,
+    /// Standard deviation of the embedding's normal init. Default: 0.02.
+    #[config(default = 0.02)]
+    pub initializer_range: f64,
+}
+
+impl Mamba2LmConfig {
+    /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple`.
+    pub fn padded_vocab_size(&self) -> usize {
+        self.vocab_size.div_ceil(self.pad_vocab_size_multiple.max(1)) * self.pad_vocab_size_multiple.max(1)
+    }
+
+    /// Checks the config (and its backbone's).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.vocab_size == 0 {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "vocab_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.pad_vocab_size_multiple == 0 {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "pad_vocab_size_multiple",
+                reason: "must be at least 1".into(),
+            });
+        }
+        self.backbone.validate()
+    }
+
+    /// Builds the model: embedding `N(0, initializer_range)`, backbone as
+    /// [`Mamba2BackboneConfig::init`], untied head `U(±1/√d_model)`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2Lm<B>> {
+        self.validate()?;
+        let (v, d) = (self.padded_vocab_size(), self.backbone.mixer.d_model);
+        let embedding = Embedding {
+            weight: crate::param(Tensor::random(
+                [v, d],
+                Distribution::Normal(0.0, self.initializer_range),
+                device,
+            )),
+        };
+        let lm_head = (!self.tie_embeddings).then(|| {
+            let bound = 1.0 / (d as f64).sqrt();
+            Linear {
+                weight: crate::param(Tensor::random([d, v], Distribution::Uniform(-bound, bound), device)),
+                bias: None,
+            }
+        });
+        Ok(Mamba2Lm {
+            embedding,
+            backbone: self.backbone.init(device)?,
+            lm_head,
+            vocab_size: v,
+        })
+    }
+}
+
+/// Mamba-2 causal language model.
+///
+/// Logits cover the padded vocabulary; with tied embeddings the head is the embedding matrix.
+#[derive(Module, Debug)]
+pub struct Mamba2Lm<B: Backend> {
+    /// Token embedding `[vocab, d_model]`.
+    pub embedding: Embedding<B>,
+    /// Blocks and final norm.
+    pub backbone: Mamba2Backbone<B>,
+    /// Separate head (`None` when tied to the embedding).
+    pub lm_head: Option<Linear<B>>,
+    vocab_size: usize,
+}
+
+impl<B: Backend> Mamba2Lm<B> {
+    /// The (padded) vocabulary size: the width of the logits.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The all-zero state of a fresh batch of `batch` sequences.
+    pub fn zero_state(&self, batch: usize, device: &B::Device) -> BackboneState<B> {
+        self.backbone.zero_state(batch, device)
+    }
+
+    fn check_tokens<const D: usize>(&self, ids: &Tensor<B, D, Int>) -> crate::Result<()> {
+        if ids.dims().iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let min: i64 = ids.clone().min().into_scalar().elem();
+        let max: i64 = ids.clone().max().into_scalar().elem();
+        if min < 0 || max >= self.vocab_size as i64 {
+            return Err(Mamba2Error::Shape {
+                name: "input_ids",
+                expected: format!("token ids in [0, {})", self.vocab_size),
+                actual: vec![min.max(0) as usize, max.max(0) as usize],
+            });
+        }
+        Ok(())
+    }
+
+    /// Hidden states to logits.
+    ///
+    /// # Shapes
+    /// - h: `[b, l, d_model]`; returns `[b, l, vocab]`
+    pub fn head(&self, h: Tensor<B, 3>) -> Tensor<B, 3> {
+        match &self.lm_head {
+            Some(head) => head.forward(h),
+            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+        }
+    }
+
+    /// Next-token logits for every position, continuing from `state` (a fresh sequence when
+    /// `None`).
+    ///
+    /// # Shapes
+    /// - ids: `[b, l]`; returns logits `[b, l, vocab]` and the new state
+    pub fn forward(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        self.check_tokens(&ids)?;
+        let (h, state) = self.backbone.forward(self.embedding.forward(ids), state)?;
+        Ok((self.head(h), state))
+    }
+
+    /// Logits after one new token per sequence.
+    ///
+    /// # Shapes
+    /// - ids: `[b]`; returns logits `[b, vocab]` and the new state
+    pub fn step(&self, ids: Tensor<B, 1, Int>, state: BackboneState<B>) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
+        self.check_tokens(&ids)?;
+        let b = ids.dims()[0];
+        let x = self.embedding.forward(ids.reshape([b, 1])).reshape([b, self.backbone.d_model()]);
+        let (h, state) = self.backbone.step(x, state)?;
+        let logits = self.head(h.unsqueeze_dim::<3>(1));
+        Ok((logits.reshape([b, self.vocab_size]), state))
+    }
+}

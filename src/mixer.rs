@@ -1,0 +1,559 @@
+//! The Mamba-2 mixer: in_proj, causal depthwise conv, SSD, gated RMSNorm, out_proj.
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::nn::conv::{Conv1d, Conv1dConfig};
+use burn::nn::{Linear, PaddingConfig1d};
+use burn::tensor::activation::{relu, silu};
+use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{check_shape, Mamba2Error};
+use crate::norm::{RmsNormGated, RmsNormGatedConfig};
+use crate::ssd::{self, upcast};
+use crate::state::Mamba2State;
+
+/// Bounds that `dt` is clamped to after the softplus, in every path (chunked and step).
+///
+/// The default `(0, ∞)` clamps nothing. In JSON an infinite bound is written `null`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DtLimit {
+    /// Lower bound (≥ 0).
+    pub min: f64,
+    /// Upper bound (may be `f64::INFINITY`).
+    pub max: f64,
+}
+
+impl DtLimit {
+    /// No clamping: `(0, ∞)`.
+    pub const NONE: DtLimit = DtLimit {
+        min: 0.0,
+        max: f64::INFINITY,
+    };
+
+    /// Whether the clamp can change a softplus output (which is always > 0).
+    pub fn is_active(&self) -> bool {
+        self.min > 0.0 || self.max.is_finite()
+    }
+}
+
+impl Default for DtLimit {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl Serialize for DtLimit {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let max = self.max.is_finite().then_some(self.max);
+        (self.min, max).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for DtLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let (min, max) = <(f64, Option<f64>)>::deserialize(d)?;
+        Ok(DtLimit {
+            min,
+            max: max.unwrap_or(f64::INFINITY),
+        })
+    }
+}
+
+/// Configuration of a [`Mamba2`] mixer, with the fields and defaults of the state-spaces
+/// reference (`mamba_ssm.modules.mamba2.Mamba2`).
+///
+/// Derived sizes: `d_inner = expand · d_model`, `nheads = d_inner / headdim`,
+/// `conv_dim = d_inner + 2 · ngroups · d_state`,
+/// `d_in_proj = 2 · d_inner + 2 · ngroups · d_state + nheads`.
+#[derive(Config, Debug)]
+pub struct Mamba2Config {
+    /// Width of the residual stream (`D_m`).
+    pub d_model: usize,
+    /// State size per head (`N`). Default: 128.
+    #[config(default = 128)]
+    pub d_state: usize,
+    /// Width of the causal depthwise convolution (`K`). Default: 4.
+    #[config(default = 4)]
+    pub d_conv: usize,
+    /// Expansion factor from `d_model` to `d_inner`. Default: 2.
+    #[config(default = 2)]
+    pub expand: usize,
+    /// Head dimension (`P`). Default: 64.
+    #[config(default = 64)]
+    pub headdim: usize,
+    /// Number of B/C groups (`G`); heads `[g·H/G, (g+1)·H/G)` share group `g`. Default: 1.
+    #[config(default = 1)]
+    pub ngroups: usize,
+    /// Chunk length of the chunked SSD (`Q`). Default: 256.
+    #[config(default = 256)]
+    pub chunk_size: usize,
+    /// Smallest `dt` drawn at initialisation. Default: 0.001.
+    #[config(default = 0.001)]
+    pub dt_min: f64,
+    /// Largest `dt` drawn at initialisation. Default: 0.1.
+    #[config(default = 0.1)]
+    pub dt_max: f64,
+    /// Floor on the initial `dt`. Default: 1e-4.
+    #[config(default = 1e-4)]
+    pub dt_init_floor: f64,
+    /// Clamp on `dt` after the softplus, in every path. Default: `(0, ∞)` (none).
+    #[config(default = "DtLimit::NONE")]
+    pub dt_limit: DtLimit,
+    /// Range of the uniform draw of `-A` at initialisation (`A_log = ln U(lo, hi)`).
+    /// Default: `(1, 16)`.
+    #[config(default = "(1.0, 16.0)")]
+    pub a_init_range: (f64, f64),
+    /// Bias on in_proj and out_proj. Default: false.
+    #[config(default = false)]
+    pub bias: bool,
+    /// Bias on the convolution. Default: true.
+    #[config(default = true)]
+    pub conv_bias: bool,
+    /// Gated RMSNorm before out_proj (otherwise `y · silu(z)`). Default: true.
+    #[config(default = true)]
+    pub rmsnorm: bool,
+    /// Epsilon of the gated RMSNorm. Default: 1e-5.
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// Normalise before applying the gate. Default: false (the published models).
+    #[config(default = false)]
+    pub norm_before_gate: bool,
+    /// `D` per channel (`[d_inner]`) instead of per head (`[nheads]`). Default: false.
+    #[config(default = false)]
+    pub d_has_hdim: bool,
+}
+
+impl Mamba2Config {
+    /// `expand · d_model`.
+    pub fn d_inner(&self) -> usize {
+        self.expand * self.d_model
+    }
+
+    /// `d_inner / headdim`.
+    pub fn nheads(&self) -> usize {
+        self.d_inner() / self.headdim.max(1)
+    }
+
+    /// Channels of the convolution: `d_inner + 2 · ngroups · d_state` (x, B, C).
+    pub fn conv_dim(&self) -> usize {
+        self.d_inner() + 2 * self.ngroups * self.d_state
+    }
+
+    /// Output width of in_proj: `[z | x | B | C | dt]`.
+    pub fn d_in_proj(&self) -> usize {
+        2 * self.d_inner() + 2 * self.ngroups * self.d_state + self.nheads()
+    }
+
+    /// Checks that a model can be built from this config.
+    pub fn validate(&self) -> crate::Result<()> {
+        let invalid = |field: &'static str, reason: String| Err(Mamba2Error::InvalidConfig { field, reason });
+        for (field, v) in [
+            ("d_model", self.d_model),
+            ("d_state", self.d_state),
+            ("d_conv", self.d_conv),
+            ("expand", self.expand),
+            ("headdim", self.headdim),
+            ("ngroups", self.ngroups),
+            ("chunk_size", self.chunk_size),
+        ] {
+            if v == 0 {
+                return invalid(field, "must be at least 1".into());
+            }
+        }
+        if self.d_inner() % self.headdim != 0 {
+            return invalid(
+                "headdim",
+                format!(
+                    "must divide d_inner = expand · d_model = {}, got {}",
+                    self.d_inner(),
+                    self.headdim
+                ),
+            );
+        }
+        if self.nheads() % self.ngroups != 0 {
+            return invalid(
+                "ngroups",
+                format!("must divide nheads = {}, got {}", self.nheads(), self.ngroups),
+            );
+        }
+        if !(self.dt_min > 0.0 && self.dt_max >= self.dt_min && self.dt_max.is_finite()) {
+            return invalid(
+                "dt_min",
+                format!("need 0 < dt_min <= dt_max < inf, got ({}, {})", self.dt_min, self.dt_max),
+            );
+        }
+        if self.dt_init_floor.is_nan() || self.dt_init_floor < 0.0 {
+            return invalid("dt_init_floor", format!("must be >= 0, got {}", self.dt_init_floor));
+        }
+        let DtLimit { min, max } = self.dt_limit;
+        if !(min >= 0.0 && max > min) || max.is_nan() {
+            return invalid("dt_limit", format!("need 0 <= min < max, got ({min}, {max})"));
+        }
+        let (lo, hi) = self.a_init_range;
+        if !(lo > 0.0 && hi >= lo && hi.is_finite()) {
+            return invalid("a_init_range", format!("need 0 < lo <= hi < inf, got ({lo}, {hi})"));
+        }
+        if !(self.norm_eps > 0.0) {
+            return invalid("norm_eps", format!("must be > 0, got {}", self.norm_eps));
+        }
+        Ok(())
+    }
+
+    /// Builds the mixer, initialised as state-spaces does for a standalone layer:
+    /// in_proj and out_proj weights `U(±1/√fan_in)` with zero biases, conv weight and bias
+    /// `U(±1/√d_conv)`, `dt_bias = softplus⁻¹(dt)` with `dt` log-uniform in
+    /// `[dt_min, dt_max]` (floored at `dt_init_floor`), `A_log = ln U(a_init_range)`, `D = 1`,
+    /// norm weight 1. (The backbone additionally scales out_proj by `1/√n_layer`.)
+    ///
+    /// Seed the backend (`B::seed`) for reproducible weights.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2<B>> {
+        self.validate()?;
+        let (d_inner, h) = (self.d_inner(), self.nheads());
+        let uniform = |shape: Vec<usize>, bound: f64| {
+            Tensor::<B, 1>::random([shape.iter().product::<usize>()], Distribution::Uniform(-bound, bound), device)
+        };
+        let linear = |d_in: usize, d_out: usize| Linear {
+            weight: crate::param(
+                uniform(vec![d_in, d_out], 1.0 / (d_in as f64).sqrt()).reshape([d_in, d_out]),
+            ),
+            bias: self
+                .bias
+                .then(|| crate::param(Tensor::zeros([d_out], device))),
+        };
+
+        let conv_dim = self.conv_dim();
+        let conv_bound = 1.0 / (self.d_conv as f64).sqrt();
+        let mut conv1d = Conv1dConfig::new(conv_dim, conv_dim, self.d_conv)
+            .with_groups(conv_dim)
+            .with_padding(PaddingConfig1d::Explicit(self.d_conv - 1, 0))
+            .with_bias(self.conv_bias)
+            .init::<B>(device);
+        conv1d.weight = crate::param(
+            uniform(vec![conv_dim, self.d_conv], conv_bound).reshape([conv_dim, 1, self.d_conv]),
+        );
+        conv1d.bias = self
+            .conv_bias
+            .then(|| crate::param(uniform(vec![conv_dim], conv_bound)));
+
+        // dt_bias = inverse softplus of a log-uniform dt, computed in f64 on the host
+        let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .expect("f64 data");
+        let (ln_min, ln_max) = (self.dt_min.ln(), self.dt_max.ln());
+        let dt_bias: Vec<f64> = u
+            .iter()
+            .map(|u| {
+                let dt = (u * (ln_max - ln_min) + ln_min).exp().max(self.dt_init_floor);
+                dt + (-(-dt).exp_m1()).ln()
+            })
+            .collect();
+        let (lo, hi) = self.a_init_range;
+        let a_log = Tensor::<B, 1>::random([h], Distribution::Uniform(lo, hi), device).log();
+        let d_len = if self.d_has_hdim { d_inner } else { h };
+
+        Ok(Mamba2 {
+            in_proj: linear(self.d_model, self.d_in_proj()),
+            conv1d,
+            dt_bias: crate::param(Tensor::from_data(TensorData::new(dt_bias, [h]), device)),
+            a_log: crate::param(a_log),
+            d: crate::param(Tensor::ones([d_len], device)),
+            norm: self.rmsnorm.then(|| {
+                RmsNormGatedConfig::new(d_inner, d_inner / self.ngroups)
+                    .with_eps(self.norm_eps)
+                    .with_norm_before_gate(self.norm_before_gate)
+                    .init(device)
+            }),
+            out_proj: linear(d_inner, self.d_model),
+            d_model: self.d_model,
+            d_inner,
+            d_state: self.d_state,
+            d_conv: self.d_conv,
+            headdim: self.headdim,
+            nheads: h,
+            ngroups: self.ngroups,
+            chunk_size: self.chunk_size,
+            dt_limit: (self.dt_limit.min, self.dt_limit.max),
+        })
+    }
+}
+
+/// The Mamba-2 mixer (one SSD layer with its projections).
+///
+/// Parameter names follow the checkpoints (`in_proj`, `conv1d`, `dt_bias`, `a_log` for
+/// `A_log`, `d` for `D`, `norm`, `out_proj`); `Linear` weights are stored `[in, out]`, as
+/// Burn does.
+#[derive(Module, Debug)]
+pub struct Mamba2<B: Backend> {
+    /// `d_model → [z | x | B | C | dt]`.
+    pub in_proj: Linear<B>,
+    /// Depthwise causal convolution over `xBC`; weight `[conv_dim, 1, d_conv]`.
+    pub conv1d: Conv1d<B>,
+    /// Added to `dt` before the softplus, `[nheads]`.
+    pub dt_bias: Param<Tensor<B, 1>>,
+    /// `A = -exp(a_log)`, `[nheads]`.
+    pub a_log: Param<Tensor<B, 1>>,
+    /// Skip connection, `[nheads]` (or `[d_inner]` with `d_has_hdim`).
+    pub d: Param<Tensor<B, 1>>,
+    /// Group-wise gated RMSNorm (absent when `rmsnorm = false`).
+    pub norm: Option<RmsNormGated<B>>,
+    /// `d_inner → d_model`.
+    pub out_proj: Linear<B>,
+    d_model: usize,
+    d_inner: usize,
+    d_state: usize,
+    d_conv: usize,
+    headdim: usize,
+    nheads: usize,
+    ngroups: usize,
+    chunk_size: usize,
+    dt_limit: (f64, f64),
+}
+
+/// The pieces of the in_proj output, before the convolution.
+struct Projected<B: Backend, const D: usize> {
+    z: Tensor<B, D>,
+    xbc: Tensor<B, D>,
+    dt: Tensor<B, D>,
+}
+
+impl<B: Backend> Mamba2<B> {
+    /// Width of the residual stream.
+    pub fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// Number of heads.
+    pub fn nheads(&self) -> usize {
+        self.nheads
+    }
+
+    /// Channels of the convolution (x, B, C).
+    pub fn conv_dim(&self) -> usize {
+        self.d_inner + 2 * self.ngroups * self.d_state
+    }
+
+    /// The chunk length of the chunked SSD.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// Sets the chunk length of the chunked SSD (results do not depend on it, speed does).
+    pub fn set_chunk_size(&mut self, chunk_size: usize) -> crate::Result<()> {
+        if chunk_size == 0 {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "chunk_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        self.chunk_size = chunk_size;
+        Ok(())
+    }
+
+    /// The all-zero state of a fresh sequence.
+    pub fn zero_state(&self, batch: usize, device: &B::Device) -> Mamba2State<B> {
+        Mamba2State {
+            conv: Tensor::zeros([batch, self.conv_dim(), self.d_conv], device),
+            ssm: Tensor::zeros([batch, self.nheads, self.headdim, self.d_state], device),
+        }
+    }
+
+    /// Checks `state` against this layer for a batch of `batch`.
+    pub fn check_state(&self, state: &Mamba2State<B>, batch: usize) -> crate::Result<()> {
+        check_shape(
+            "state.conv",
+            &state.conv.dims(),
+            &[Some(batch), Some(self.conv_dim()), Some(self.d_conv)],
+            "b, conv_dim, d_conv",
+        )?;
+        check_shape(
+            "state.ssm",
+            &state.ssm.dims(),
+            &[Some(batch), Some(self.nheads), Some(self.headdim), Some(self.d_state)],
+            "b, h, p, n",
+        )
+    }
+
+    /// Runs the layer over a sequence, continuing from `state` (a fresh sequence when `None`),
+    /// and returns the output and the state after the last token. Any length works, and
+    /// splitting a sequence into pieces gives the same result as running it whole.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, `l ≥ 1`
+    /// - state: conv `[b, conv_dim, d_conv]`, ssm `[b, h, p, n]`
+    /// - returns `[b, l, d_model]` and the new state
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        check_shape("x", &x.dims(), &[None, None, Some(self.d_model)], "b, l, d_model")?;
+        let [b, l, _] = x.dims();
+        if l == 0 {
+            return Err(Mamba2Error::Shape {
+                name: "x",
+                expected: "a sequence of at least one token".into(),
+                actual: x.dims().to_vec(),
+            });
+        }
+        if let Some(s) = &state {
+            self.check_state(s, b)?;
+        }
+        let (h, p, g, n) = (self.nheads, self.headdim, self.ngroups, self.d_state);
+
+        let Projected { z, xbc, dt } = self.project(x);
+        let previous = match &state {
+            Some(s) => s.conv.clone(),
+            None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&xbc.device(), xbc.dtype())),
+        };
+        let (xbc, conv_state) = self.conv_sequence(xbc, previous);
+        let xs = xbc.clone().narrow(2, 0, self.d_inner).reshape([b, l, h, p]);
+        let b_mat = xbc.clone().narrow(2, self.d_inner, g * n).reshape([b, l, g, n]);
+        let c_mat = xbc.narrow(2, self.d_inner + g * n, g * n).reshape([b, l, g, n]);
+        let dt = self.dt_activation(dt);
+
+        let (y, ssm_state) = ssd::ssd_chunked(
+            xs.clone(),
+            dt,
+            self.a(),
+            b_mat,
+            c_mat,
+            self.chunk_size,
+            state.map(|s| s.ssm),
+        );
+        let y = y + xs * self.d_skip().unsqueeze::<4>();
+        let y = self.gate_and_project(y.reshape([b, l, self.d_inner]), z);
+        Ok((
+            y,
+            Mamba2State {
+                conv: conv_state,
+                ssm: ssm_state,
+            },
+        ))
+    }
+
+    /// One recurrent step: the output for a single new token, in constant time and memory.
+    ///
+    /// # Shapes
+    /// - x: `[b, d_model]`
+    /// - state: conv `[b, conv_dim, d_conv]`, ssm `[b, h, p, n]`
+    /// - returns `[b, d_model]` and the new state
+    pub fn step(&self, x: Tensor<B, 2>, state: Mamba2State<B>) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
+        check_shape("x", &x.dims(), &[None, Some(self.d_model)], "b, d_model")?;
+        let b = x.dims()[0];
+        self.check_state(&state, b)?;
+        let (h, p, g, n, k) = (self.nheads, self.headdim, self.ngroups, self.d_state, self.d_conv);
+
+        let Projected { z, xbc, dt } = self.project(x);
+        // shift the window left by one and append the new raw column
+        let window = Tensor::cat(
+            vec![state.conv.narrow(2, 1, k - 1), xbc.unsqueeze_dim::<3>(2)],
+            2,
+        ); // [b, conv_dim, k]
+        let weight = self.conv1d.weight.val().reshape([1, self.conv_dim(), k]);
+        let mut conv = (window.clone() * weight).sum_dim(2).reshape([b, self.conv_dim()]);
+        if let Some(bias) = &self.conv1d.bias {
+            conv = conv + bias.val().unsqueeze::<2>();
+        }
+        let xbc = silu(conv);
+        let xs = xbc.clone().narrow(1, 0, self.d_inner).reshape([b, h, p]);
+        let b_mat = xbc.clone().narrow(1, self.d_inner, g * n).reshape([b, g, n]);
+        let c_mat = xbc.narrow(1, self.d_inner + g * n, g * n).reshape([b, g, n]);
+        let dt = self.dt_activation(dt);
+
+        let (y, ssm_state) = ssd::ssd_step(xs.clone(), dt, self.a(), b_mat, c_mat, state.ssm);
+        let y = y + xs * self.d_skip().unsqueeze::<3>();
+        let y = self.gate_and_project(y.reshape([b, 1, self.d_inner]), z.unsqueeze_dim::<3>(1));
+        Ok((
+            y.reshape([b, self.d_model]),
+            Mamba2State {
+                conv: window,
+                ssm: ssm_state,
+            },
+        ))
+    }
+
+    /// in_proj, then the split `[z | xBC | dt]` along the last dimension.
+    fn project<const D: usize>(&self, x: Tensor<B, D>) -> Projected<B, D> {
+        let zxbcdt = self.in_proj.forward(x);
+        let last = D - 1;
+        let conv_dim = self.conv_dim();
+        Projected {
+            z: zxbcdt.clone().narrow(last, 0, self.d_inner),
+            xbc: zxbcdt.clone().narrow(last, self.d_inner, conv_dim),
+            dt: zxbcdt.narrow(last, self.d_inner + conv_dim, self.nheads),
+        }
+    }
+
+    /// Depthwise causal convolution + SiLU over a sequence, continuing the raw window
+    /// `previous`:
+    /// `out[t, c] = silu(bias[c] + Σ_k w[c, k] · xBC[t - (K-1) + k, c])`.
+    ///
+    /// # Shapes
+    /// - xbc: `[b, l, conv_dim]`, previous: `[b, conv_dim, d_conv]`
+    /// - returns `[b, l, conv_dim]` and the new window `[b, conv_dim, d_conv]`
+    fn conv_sequence(&self, xbc: Tensor<B, 3>, previous: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let [_, l, c] = xbc.dims();
+        let k = self.d_conv;
+        // the K-1 newest columns of the previous window, then the new ones: [b, K-1+l, c]
+        let full = Tensor::cat(vec![previous.narrow(2, 1, k - 1).swap_dims(1, 2), xbc], 1);
+        let weight = self.conv1d.weight.val().reshape([c, k]);
+        let mut out = full.clone().narrow(1, 0, l) * weight.clone().narrow(1, 0, 1).reshape([1, 1, c]);
+        for j in 1..k {
+            out = out + full.clone().narrow(1, j, l) * weight.clone().narrow(1, j, 1).reshape([1, 1, c]);
+        }
+        if let Some(bias) = &self.conv1d.bias {
+            out = out + bias.val().reshape([1, 1, c]);
+        }
+        let window = full.narrow(1, l - 1, k).swap_dims(1, 2);
+        (silu(out), window)
+    }
+
+    /// `dt = clamp(softplus(dt + dt_bias), dt_limit)`, in f32 or wider.
+    ///
+    /// # Shapes
+    /// - dt: `[..., h]`; returns the same shape
+    fn dt_activation<const D: usize>(&self, dt: Tensor<B, D>) -> Tensor<B, D> {
+        let x = upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>();
+        // softplus(x) = max(x, 0) + log1p(exp(-|x|)), exact and overflow-free
+        let dt = relu(x.clone()) + x.abs().neg().exp().log1p();
+        let (min, max) = self.dt_limit;
+        if max.is_finite() {
+            dt.clamp(min, max)
+        } else if min > 0.0 {
+            dt.clamp_min(min)
+        } else {
+            dt
+        }
+    }
+
+    /// `A = -exp(A_log)`, `[h]`, in f32 or wider.
+    fn a(&self) -> Tensor<B, 1> {
+        upcast(self.a_log.val()).exp().neg()
+    }
+
+    /// `D` shaped to broadcast over `[.., h, p]`: `[h, 1]` or `[h, p]`.
+    fn d_skip(&self) -> Tensor<B, 2> {
+        let d = self.d.val();
+        if d.dims()[0] == self.nheads {
+            d.reshape([self.nheads, 1])
+        } else {
+            d.reshape([self.nheads, self.headdim])
+        }
+    }
+
+    /// Gated RMSNorm (or the plain gate), then out_proj.
+    ///
+    /// # Shapes
+    /// - y, z: `[b, l, d_inner]`; returns `[b, l, d_model]`
+    fn gate_and_project(&self, y: Tensor<B, 3>, z: Tensor<B, 3>) -> Tensor<B, 3> {
+        let y = ssd::cast_to(y, z.dtype());
+        let y = match &self.norm {
+            Some(norm) => norm.forward(y, z),
+            None => y * silu(z),
+        };
+        self.out_proj.forward(y)
+    }
+}

@@ -1,0 +1,124 @@
+//! RMS normalisation: the plain RMSNorm of the residual blocks and the group-wise gated
+//! RMSNorm of the mixer (paper §7.1).
+//!
+//! Statistics are computed in `f32` when the input is half precision, and in the input's own
+//! type otherwise (so `f64` models stay `f64` end to end).
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::tensor::activation::silu;
+use burn::tensor::{backend::Backend, Tensor};
+
+use crate::ssd::{cast_to, upcast};
+
+/// Configuration of an [`RmsNorm`].
+#[derive(Config, Debug)]
+pub struct RmsNormConfig {
+    /// Width of the normalised (last) dimension.
+    pub d_model: usize,
+    /// Added to the mean square before the square root. Default: `1e-5`.
+    #[config(default = 1e-5)]
+    pub eps: f64,
+}
+
+/// `y = x / sqrt(mean(x²) + eps) · weight` over the last dimension.
+///
+/// Its parameter is `weight`, as in PyTorch checkpoints (initialised to ones).
+#[derive(Module, Debug)]
+pub struct RmsNorm<B: Backend> {
+    /// Per-channel scale `[d_model]`.
+    pub weight: Param<Tensor<B, 1>>,
+    /// Added to the mean square.
+    pub eps: f64,
+}
+
+impl RmsNormConfig {
+    /// Builds the layer with `weight = 1`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNorm<B> {
+        RmsNorm {
+            weight: crate::param(Tensor::ones([self.d_model], device)),
+            eps: self.eps,
+        }
+    }
+}
+
+/// Normalises the last dimension of `x` by its root mean square (no scale).
+fn rms_normalize<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let x = upcast(x);
+    let rms = (x.clone().square().mean_dim(D - 1) + eps).sqrt();
+    cast_to(x / rms, dtype)
+}
+
+impl<B: Backend> RmsNorm<B> {
+    /// # Shapes
+    /// - x: `[..., d_model]`
+    /// - returns `[..., d_model]`
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        rms_normalize(x, self.eps) * self.weight.val().unsqueeze()
+    }
+}
+
+/// Configuration of a [`RmsNormGated`].
+#[derive(Config, Debug)]
+pub struct RmsNormGatedConfig {
+    /// Width of the input (`d_inner` in the mixer).
+    pub d_model: usize,
+    /// Size of each normalisation group (`d_inner / ngroups` in the mixer).
+    pub group_size: usize,
+    /// Added to the mean square. Default: `1e-5`.
+    #[config(default = 1e-5)]
+    pub eps: f64,
+    /// Normalise `y` before multiplying by the gate (`true`), or normalise `y · silu(z)`
+    /// (`false`, the published models). Default: `false`.
+    #[config(default = false)]
+    pub norm_before_gate: bool,
+}
+
+/// Gated RMSNorm, normalised per group of `group_size` contiguous channels:
+///
+/// - `norm_before_gate = false`: `out = rms_g(y · silu(z)) · weight`
+/// - `norm_before_gate = true`: `out = rms_g(y) · weight · silu(z)`
+#[derive(Module, Debug)]
+pub struct RmsNormGated<B: Backend> {
+    /// Per-channel scale `[d_model]` (ones at init).
+    pub weight: Param<Tensor<B, 1>>,
+    /// Channels per normalisation group.
+    pub group_size: usize,
+    /// Added to the mean square.
+    pub eps: f64,
+    /// Whether the gate is applied after the normalisation.
+    pub norm_before_gate: bool,
+}
+
+impl RmsNormGatedConfig {
+    /// Builds the layer with `weight = 1`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNormGated<B> {
+        RmsNormGated {
+            weight: crate::param(Tensor::ones([self.d_model], device)),
+            group_size: self.group_size,
+            eps: self.eps,
+            norm_before_gate: self.norm_before_gate,
+        }
+    }
+}
+
+impl<B: Backend> RmsNormGated<B> {
+    /// # Shapes
+    /// - y, z: `[b, l, d_model]`
+    /// - returns `[b, l, d_model]`
+    pub fn forward(&self, y: Tensor<B, 3>, z: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, l, d] = y.dims();
+        let groups = d / self.group_size;
+        let gate = silu(z);
+        let grouped = |t: Tensor<B, 3>| {
+            rms_normalize(t.reshape([b, l, groups, self.group_size]), self.eps).reshape([b, l, d])
+        };
+        let weight = self.weight.val().reshape([1, 1, d]);
+        if self.norm_before_gate {
+            grouped(y) * weight * gate
+        } else {
+            grouped(y * gate) * weight
+        }
+    }
+}

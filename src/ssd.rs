@@ -1,0 +1,331 @@
+//! The SSD (state-space duality) layer of Mamba-2: the chunked "4 steps" algorithm, the plain
+//! sequential recurrence, and the single-step update.
+//!
+//! Dimension letters follow the spec: `b` batch, `l` sequence length, `h` heads, `p` head
+//! dimension, `n` state dimension, `g` groups of B/C, `r = h / g` heads per group, `q` chunk
+//! length, `c` number of chunks. Head `h` reads group `h / r` (contiguous heads share a group).
+//!
+//! All three paths compute the same recurrence, per batch element and head:
+//!
+//! ```text
+//! S_t = exp(dt_t · A) · S_{t-1} + dt_t · x_t ⊗ B_t        S ∈ R^{p×n}
+//! y_t = S_t · C_t
+//! ```
+//!
+//! starting from `S_{-1}` = the initial state (zeros by default). The `D·x` skip connection and
+//! the gate are applied by the mixer, not here.
+//!
+//! Precision: when the inputs are in a half-precision type, every function here computes in
+//! `f32` (dt, A, the decays and the states) and returns `y` in the input's type; the states it
+//! returns are `f32`.
+
+use burn::tensor::{backend::Backend, Bool, DType, Tensor};
+
+/// The float type the SSD computes in for inputs of type `dtype`: `f32` for half types,
+/// the type itself otherwise.
+pub fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+/// Casts `t` to the SSD's compute type (a no-op for `f32` and `f64`).
+pub fn upcast<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+    let target = compute_dtype(t.dtype());
+    if t.dtype() == target {
+        t
+    } else {
+        t.cast(target)
+    }
+}
+
+/// Casts `t` to `dtype` when it differs.
+pub fn cast_to<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+    if t.dtype() == dtype {
+        t
+    } else {
+        t.cast(dtype)
+    }
+}
+
+/// Discretisation (zero-order hold on A, Euler on B, as the reference does):
+/// `x̃ = x · dt` and `dA = dt · A`.
+///
+/// # Shapes
+/// - x: `[b, l, h, p]`, dt: `[b, l, h]`, a: `[h]`
+/// - returns x̃ `[b, l, h, p]` and dA `[b, l, h]` (the log of the per-step decay, ≤ 0)
+pub fn discretize<B: Backend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    let h = a.dims()[0];
+    let x_dt = x * dt.clone().unsqueeze_dim::<4>(3);
+    let da = dt * a.reshape([1, 1, h]);
+    (x_dt, da)
+}
+
+/// The stable segment sum, exponentiated: the 1-semiseparable decay matrix of a sequence of
+/// log-decays.
+///
+/// `out[m, i, j] = exp(Σ_{k=j+1}^{i} a[m, k])` for `i ≥ j` (1 on the diagonal) and exactly 0
+/// for `i < j`. Each entry is summed from the segment's own terms (a cumulative sum over a
+/// strictly-lower-triangular copy of `a`), never as a difference of two global prefix sums,
+/// so its error is relative to the segment, not to the whole sequence. The upper triangle is
+/// zeroed by a multiplicative mask rather than `exp(-inf)`, so no infinity ever enters the
+/// graph and gradients stay finite.
+///
+/// # Shapes
+/// - a: `[m, t]`
+/// - returns `[m, t, t]`
+pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+    let [_, t] = a.dims();
+    let device = a.device();
+    let dtype = a.dtype();
+    // strict lower triangle (j < i) and lower triangle with diagonal (j <= i), as 0/1 floats
+    let strict_lower =
+        cast_to(Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &device).bool_not().float(), dtype);
+    let lower = cast_to(Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device).bool_not().float(), dtype);
+    // x[m, i, j] = a[m, i] for j < i, else 0
+    let x = a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>();
+    // cumsum over i: seg[m, i, j] = Σ_{k=j+1}^{i} a[m, k] for j < i, 0 for j >= i
+    let seg = x.cumsum(1);
+    seg.exp() * lower.unsqueeze::<3>()
+}
+
+/// Step 0 of the chunked algorithm: right-pads the sequence with zeros to a multiple of the
+/// chunk length. Padding is exact: `dA = 0` there (decay 1) and `x̃ = 0` (no input), so the
+/// final state is the state after the last real token.
+///
+/// # Shapes
+/// - t: `[b, l, ...]`; returns `[b, c·q, ...]` with `c = ⌈l / q⌉`
+fn pad_time<B: Backend, const D: usize>(t: Tensor<B, D>, q: usize) -> Tensor<B, D> {
+    let dims = t.dims();
+    let l = dims[1];
+    let pad = l.div_ceil(q) * q - l;
+    if pad == 0 {
+        return t;
+    }
+    let mut zero_dims = dims;
+    zero_dims[1] = pad;
+    let zeros = Tensor::<B, D>::zeros(zero_dims, (&t.device(), t.dtype()));
+    Tensor::cat(vec![t, zeros], 1)
+}
+
+/// Step 1, the diagonal blocks ("attention mode"): the output of each chunk from the inputs of
+/// the same chunk.
+///
+/// `y_diag[l] = Σ_{s ≤ l} (C_l · B_s) · exp(Σ_{k=s+1}^{l} dA_k) · x̃_s`
+///
+/// # Shapes
+/// - x_dt: `[b, c, g, r, q, p]`, da: `[b, c, g, r, q]`, b_mat, c_mat: `[b, c, g, q, n]`
+/// - returns `[b, c, g, r, q, p]`
+pub fn chunk_diagonal<B: Backend>(
+    x_dt: Tensor<B, 6>,
+    da: Tensor<B, 5>,
+    b_mat: Tensor<B, 5>,
+    c_mat: Tensor<B, 5>,
+) -> Tensor<B, 6> {
+    let [b, c, g, r, q] = da.dims();
+    // decay matrix L[b, c, g, r, l, s]
+    let decay = segsum_exp(da.reshape([b * c * g * r, q])).reshape([b, c, g, r, q, q]);
+    // C·Bᵀ once per group, shared by its r heads: [b, c, g, 1, q(l), q(s)]
+    let cb = c_mat.matmul(b_mat.swap_dims(3, 4)).unsqueeze_dim::<6>(3);
+    (cb * decay).matmul(x_dt)
+}
+
+/// Step 2, the chunk states ("B terms"): the state at the end of each chunk, assuming a zero
+/// state at its start.
+///
+/// `states[c] = Σ_l exp(Acs[q-1] - Acs[l]) · x̃_l ⊗ B_l`
+///
+/// # Shapes
+/// - x_dt: `[b, c, g, r, q, p]`, a_cumsum: `[b, c, g, r, q]` (per-chunk inclusive cumsum of dA),
+///   b_mat: `[b, c, g, q, n]`
+/// - returns `[b, c, g, r, p, n]`
+pub fn chunk_states<B: Backend>(
+    x_dt: Tensor<B, 6>,
+    a_cumsum: Tensor<B, 5>,
+    b_mat: Tensor<B, 5>,
+) -> Tensor<B, 6> {
+    let q = a_cumsum.dims()[4];
+    let last = a_cumsum.clone().narrow(4, q - 1, 1);
+    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(5); // [b, c, g, r, q, 1]
+    (x_dt * decay_to_end)
+        .swap_dims(4, 5)
+        .matmul(b_mat.unsqueeze_dim::<6>(3))
+}
+
+/// Step 3, the inter-chunk recurrence ("A terms"): the state entering every chunk, and the
+/// final state.
+///
+/// `S_in[0] = S_init`, `S_in[j+1] = exp(Acs_j[q-1]) · S_in[j] + states[j]`, final = `S_in[c]`,
+/// computed as one product with the decay matrix of the chunk totals.
+///
+/// # Shapes
+/// - states: `[b, c, g, r, p, n]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
+///   initial: `[b, g, r, p, n]`
+/// - returns the entering states `[b, c, g, r, p, n]` and the final state `[b, g, r, p, n]`
+pub fn state_passing<B: Backend>(
+    states: Tensor<B, 6>,
+    chunk_decay: Tensor<B, 4>,
+    initial: Tensor<B, 5>,
+) -> (Tensor<B, 6>, Tensor<B, 5>) {
+    let [b, c, g, r, p, n] = states.dims();
+    // log-decays with a leading zero for the initial state: [b, g, r, c + 1]
+    let lead = Tensor::<B, 4>::zeros([b, 1, g, r], (&states.device(), chunk_decay.dtype()));
+    let logs = Tensor::cat(vec![lead, chunk_decay], 1).permute([0, 2, 3, 1]);
+    let decay = segsum_exp(logs.reshape([b * g * r, c + 1])).reshape([b, g, r, c + 1, c + 1]);
+    // [b, c + 1, g, r, p, n] -> [b, g, r, c + 1, p·n]
+    let all = Tensor::cat(vec![initial.unsqueeze_dim::<6>(1), states], 1)
+        .permute([0, 2, 3, 1, 4, 5])
+        .reshape([b, g, r, c + 1, p * n]);
+    let passed = decay.matmul(all); // [b, g, r, c + 1, p·n]
+    let entering = passed
+        .clone()
+        .narrow(3, 0, c)
+        .reshape([b, g, r, c, p, n])
+        .permute([0, 3, 1, 2, 4, 5]);
+    let last = passed.narrow(3, c, 1).reshape([b, g, r, p, n]);
+    (entering, last)
+}
+
+/// Step 4, state to output ("C terms"): the contribution of the state entering each chunk.
+///
+/// `y_off[l] = exp(Acs[l]) · S_in · C_l`
+///
+/// # Shapes
+/// - entering: `[b, c, g, r, p, n]`, a_cumsum: `[b, c, g, r, q]`, c_mat: `[b, c, g, q, n]`
+/// - returns `[b, c, g, r, q, p]`
+pub fn chunk_state_output<B: Backend>(
+    entering: Tensor<B, 6>,
+    a_cumsum: Tensor<B, 5>,
+    c_mat: Tensor<B, 5>,
+) -> Tensor<B, 6> {
+    let y = c_mat.unsqueeze_dim::<6>(3).matmul(entering.swap_dims(4, 5));
+    y * a_cumsum.exp().unsqueeze_dim::<6>(5)
+}
+
+/// The chunked SSD ("4 steps", ssd_minimal form): exact, with matmuls for all heavy work.
+///
+/// Any `l` is accepted (padding to a multiple of `chunk_size` is internal), any chunk size
+/// `q ≥ 1`. Returns `y` (without the `D·x` skip) and the final state, which continues the
+/// sequence in this function, [`ssd_sequential`] or [`ssd_step`].
+///
+/// # Shapes
+/// - x: `[b, l, h, p]`, dt: `[b, l, h]` (after softplus and clamp), a: `[h]` (negative)
+/// - b_mat, c_mat: `[b, l, g, n]`, with `h % g == 0`
+/// - initial_state: `[b, h, p, n]` (zeros when `None`)
+/// - returns y `[b, l, h, p]` and the final state `[b, h, p, n]`
+pub fn ssd_chunked<B: Backend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    chunk_size: usize,
+    initial_state: Option<Tensor<B, 4>>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let [b, l, h, p] = x.dims();
+    let [_, _, g, n] = b_mat.dims();
+    let (r, q) = (h / g, chunk_size);
+    let out_dtype = x.dtype();
+    let (x, dt, a, b_mat, c_mat) = (upcast(x), upcast(dt), upcast(a), upcast(b_mat), upcast(c_mat));
+    let dtype = x.dtype();
+
+    // discretise, pad, and cut into chunks
+    let (x_dt, da) = discretize(x, dt, a);
+    let (x_dt, da) = (pad_time(x_dt, q), pad_time(da, q));
+    let (b_mat, c_mat) = (pad_time(b_mat, q), pad_time(c_mat, q));
+    let c = x_dt.dims()[1] / q;
+    let x_dt = x_dt.reshape([b, c, q, g, r, p]).permute([0, 1, 3, 4, 2, 5]); // [b, c, g, r, q, p]
+    let da = da.reshape([b, c, q, g, r]).permute([0, 1, 3, 4, 2]); // [b, c, g, r, q]
+    let b_mat = b_mat.reshape([b, c, q, g, n]).swap_dims(2, 3); // [b, c, g, q, n]
+    let c_mat = c_mat.reshape([b, c, q, g, n]).swap_dims(2, 3); // [b, c, g, q, n]
+    let a_cumsum = da.clone().cumsum(4); // per-chunk inclusive cumsum
+
+    // 1. diagonal blocks
+    let y_diag = chunk_diagonal(x_dt.clone(), da, b_mat.clone(), c_mat.clone());
+    // 2. chunk states
+    let states = chunk_states(x_dt, a_cumsum.clone(), b_mat);
+    // 3. inter-chunk recurrence
+    let initial = match initial_state {
+        Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]),
+        None => Tensor::zeros([b, g, r, p, n], (&states.device(), dtype)),
+    };
+    let totals = a_cumsum.clone().narrow(4, q - 1, 1).reshape([b, c, g, r]);
+    let (entering, final_state) = state_passing(states, totals, initial);
+    // 4. off-diagonal blocks
+    let y_off = chunk_state_output(entering, a_cumsum, c_mat);
+
+    let y = (y_diag + y_off)
+        .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
+        .reshape([b, c * q, h, p])
+        .narrow(1, 0, l);
+    (cast_to(y, out_dtype), final_state.reshape([b, h, p, n]))
+}
+
+/// One step of the recurrence: `S ← exp(dt·A)·S + dt·x ⊗ B`, `y = S·C`.
+///
+/// # Shapes
+/// - x: `[b, h, p]`, dt: `[b, h]`, a: `[h]`, b_mat, c_mat: `[b, g, n]`
+/// - state: `[b, h, p, n]`
+/// - returns y `[b, h, p]` and the new state `[b, h, p, n]`
+pub fn ssd_step<B: Backend>(
+    x: Tensor<B, 3>,
+    dt: Tensor<B, 2>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 3>,
+    c_mat: Tensor<B, 3>,
+    state: Tensor<B, 4>,
+) -> (Tensor<B, 3>, Tensor<B, 4>) {
+    let [b, h, p] = x.dims();
+    let [_, g, n] = b_mat.dims();
+    let r = h / g;
+    let out_dtype = x.dtype();
+    let (x, dt, a, b_mat, c_mat) = (upcast(x), upcast(dt), upcast(a), upcast(b_mat), upcast(c_mat));
+    let state = cast_to(state, x.dtype()).reshape([b, g, r, p, n]);
+
+    let decay = (dt.clone() * a.unsqueeze::<2>()).exp().reshape([b, g, r, 1, 1]);
+    let x_dt = (x * dt.unsqueeze_dim::<3>(2)).reshape([b, g, r, p, 1]);
+    let state = state * decay + x_dt * b_mat.reshape([b, g, 1, 1, n]);
+    let y = (state.clone() * c_mat.reshape([b, g, 1, 1, n]))
+        .sum_dim(4)
+        .reshape([b, h, p]);
+    (cast_to(y, out_dtype), state.reshape([b, h, p, n]))
+}
+
+/// The plain sequential recurrence, one [`ssd_step`] per position: the reference the chunked
+/// form is tested against (O(l) small steps; not for training).
+///
+/// # Shapes
+/// - as [`ssd_chunked`]
+pub fn ssd_sequential<B: Backend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    initial_state: Option<Tensor<B, 4>>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let [b, l, h, p] = x.dims();
+    let n = b_mat.dims()[3];
+    let mut state = initial_state.unwrap_or_else(|| {
+        Tensor::zeros([b, h, p, n], (&x.device(), compute_dtype(x.dtype())))
+    });
+    let mut ys = Vec::with_capacity(l);
+    for t in 0..l {
+        let (y, s) = ssd_step(
+            x.clone().narrow(1, t, 1).squeeze_dim::<3>(1),
+            dt.clone().narrow(1, t, 1).squeeze_dim::<2>(1),
+            a.clone(),
+            b_mat.clone().narrow(1, t, 1).squeeze_dim::<3>(1),
+            c_mat.clone().narrow(1, t, 1).squeeze_dim::<3>(1),
+            state,
+        );
+        ys.push(y);
+        state = s;
+    }
+    (Tensor::stack(ys, 1), state)
+}
