@@ -46,8 +46,11 @@ impl RmsNormConfig {
 fn rms_normalize<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
     let dtype = x.dtype();
     let x = upcast(x);
-    let rms = (x.clone().square().mean_dim(D - 1) + eps).sqrt();
-    cast_to(x / rms, dtype)
+    // x · (mean(x²) + eps)^(-1/2): a product rather than a quotient, because the gradient of
+    // a tensor division goes through `recip`, which burn-ndarray computes with the approximate
+    // SIMD reciprocal (12 to 14 bits on x86) and which then spoils every gradient upstream.
+    let inv_rms = (x.clone().square().mean_dim(D - 1) + eps).powf_scalar(-0.5);
+    cast_to(x * inv_rms, dtype)
 }
 
 impl<B: Backend> RmsNorm<B> {
