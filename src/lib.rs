@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod activation;
 pub mod backbone;
 pub mod block;
 pub mod checkpoint;

@@ -4,10 +4,10 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, PaddingConfig1d};
-use burn::tensor::activation::{relu, silu};
 use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::activation::{silu, softplus};
 use crate::error::{check_shape, Mamba2Error};
 use crate::norm::{RmsNormGated, RmsNormGatedConfig};
 use crate::ssd::{self, upcast};
@@ -516,9 +516,7 @@ impl<B: Backend> Mamba2<B> {
     /// # Shapes
     /// - dt: `[..., h]`; returns the same shape
     fn dt_activation<const D: usize>(&self, dt: Tensor<B, D>) -> Tensor<B, D> {
-        let x = upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>();
-        // softplus(x) = max(x, 0) + log1p(exp(-|x|)), exact and overflow-free
-        let dt = relu(x.clone()) + x.abs().neg().exp().log1p();
+        let dt = softplus(upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>());
         let (min, max) = self.dt_limit;
         if max.is_finite() {
             dt.clamp(min, max)

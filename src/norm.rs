@@ -6,9 +6,9 @@
 
 use burn::config::Config;
 use burn::module::{Module, Param};
-use burn::tensor::activation::silu;
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::activation::silu;
 use crate::ssd::{cast_to, upcast};
 
 /// Configuration of an [`RmsNorm`].

@@ -1,0 +1,41 @@
+//! Activations that are exact in every float type.
+//!
+//! Burn 0.21's default `sigmoid` (and so `silu`) computes in `f32` whatever the tensor's type,
+//! which caps an `f64` model at `f32` accuracy, and its `softplus` overflows for large inputs.
+//! These versions compute in the tensor's own type (half types in `f32`), never overflow, and
+//! have the exact derivative everywhere except at the single point `x = 20`.
+
+use burn::tensor::activation::relu;
+use burn::tensor::{backend::Backend, Tensor};
+
+use crate::ssd::{cast_to, upcast};
+
+/// Above this, `softplus(x) = x` to within `2e-9` (the reference kernels' threshold).
+const SOFTPLUS_THRESHOLD: f64 = 20.0;
+
+/// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`.
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let x = upcast(x);
+    let y = x.clone().clamp_max(SOFTPLUS_THRESHOLD).exp().log1p() + relu(x - SOFTPLUS_THRESHOLD);
+    cast_to(y, dtype)
+}
+
+/// `sigmoid(x) = 1 / (1 + e⁻ˣ)`, as `exp(-softplus(-x))`.
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    softplus(x.neg()).neg().exp()
+}
+
+/// `silu(x) = x · sigmoid(x)` (also called swish).
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.clone() * sigmoid(x)
+}

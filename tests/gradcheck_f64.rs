@@ -1,0 +1,197 @@
+//! Finite-difference gradient checks in f64 (`Autodiff<NdArray<f64>>`): autodiff gradients of
+//! the chunked SSD and of the whole mixer against central differences.
+//!
+//! Tolerance: |autodiff - finite difference| <= 1e-6 x the largest autodiff gradient of that
+//! tensor (central differences with step 1e-6 are accurate to about 1e-9 here).
+//!
+//! This file is its own test binary: the float type of the NdArray device is process-wide, and
+//! it must be f64 before the first tensor exists.
+
+use std::sync::Once;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor, TensorData};
+use mamba2_burn::ssd::ssd_chunked;
+use mamba2_burn::{Mamba2, Mamba2Config, Mamba2State};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type B = Autodiff<NdArray<f64>>;
+const EPS: f64 = 1e-6;
+const TOL: f64 = 1e-6;
+
+fn dev() -> <B as burn::tensor::backend::BackendTypes>::Device {
+    static INIT: Once = Once::new();
+    let device = Default::default();
+    INIT.call_once(|| {
+        burn::tensor::set_default_dtypes::<NdArray<f64>>(&device, DType::F64, DType::I64)
+            .expect("f64 must be set before any tensor exists");
+    });
+    device
+}
+
+fn tensor<const D: usize>(rng: &mut StdRng, shape: [usize; D], f: impl Fn(f64) -> f64) -> Tensor<B, D> {
+    let n = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| f(rng.random::<f64>() * 2.0 - 1.0)).collect();
+    Tensor::from_data(TensorData::new(v, shape), &dev())
+}
+
+fn scalar(t: Tensor<B, 1>) -> f64 {
+    t.into_data().to_vec::<f64>().unwrap()[0]
+}
+
+fn values<const D: usize>(t: Tensor<NdArray<f64>, D>) -> Vec<f64> {
+    t.into_data().to_vec::<f64>().unwrap()
+}
+
+fn perturbed<const D: usize>(t: &Tensor<B, D>, index: usize, delta: f64) -> Tensor<B, D> {
+    let shape = t.dims();
+    let mut v = vec![0.0; shape.iter().product()];
+    v[index] = delta;
+    t.clone() + Tensor::from_data(TensorData::new(v, shape), &dev())
+}
+
+/// Checks `grad` against central differences of `loss` at a few coordinates of a tensor.
+fn check(what: &str, grad: &[f64], coords: &[usize], mut loss_at: impl FnMut(usize, f64) -> f64) -> f64 {
+    let scale = grad.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+    let mut worst = 0.0f64;
+    for &i in coords {
+        let fd = (loss_at(i, EPS) - loss_at(i, -EPS)) / (2.0 * EPS);
+        let err = (fd - grad[i]).abs() / scale.max(1e-12);
+        assert!(err <= TOL, "{what}[{i}]: autodiff {} vs finite difference {fd} (relative {err:.2e})", grad[i]);
+        worst = worst.max(err);
+    }
+    worst
+}
+
+fn coords(rng: &mut StdRng, len: usize, k: usize) -> Vec<usize> {
+    (0..k).map(|_| rng.random_range(0..len)).collect()
+}
+
+#[test]
+fn ssd_gradients_match_finite_differences() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let (b, l, h, p, n, g, q) = (2, 11, 4, 3, 5, 2, 4);
+    let x = tensor(&mut rng, [b, l, h, p], |u| u);
+    let dt = tensor(&mut rng, [b, l, h], |u| 0.3 + 0.25 * u);
+    let a = tensor(&mut rng, [h], |u| -(2.0 + u));
+    let bm = tensor(&mut rng, [b, l, g, n], |u| u);
+    let cm = tensor(&mut rng, [b, l, g, n], |u| u);
+    let init = tensor(&mut rng, [b, h, p, n], |u| u);
+    let wy = tensor(&mut rng, [b, l, h, p], |u| u);
+    let ws = tensor(&mut rng, [b, h, p, n], |u| u);
+    let loss = |x: Tensor<B, 4>, dt: Tensor<B, 3>, a: Tensor<B, 1>, bm: Tensor<B, 4>, cm: Tensor<B, 4>, s: Tensor<B, 4>| {
+        let (y, fin) = ssd_chunked(x, dt, a, bm, cm, q, Some(s));
+        (y * wy.clone()).sum() + (fin * ws.clone()).sum()
+    };
+    let [xg, bg, cg, sg] = [x.clone(), bm.clone(), cm.clone(), init.clone()].map(|t| t.require_grad());
+    let (dtg, ag) = (dt.clone().require_grad(), a.clone().require_grad());
+    let grads = loss(xg.clone(), dtg.clone(), ag.clone(), bg.clone(), cg.clone(), sg.clone()).backward();
+    let grad4 = |t: &Tensor<B, 4>| values(t.grad(&grads).unwrap());
+    let mut worst = 0.0f64;
+    let f = |x, dt, a, bm, cm, s| scalar(loss(x, dt, a, bm, cm, s));
+    let cx = coords(&mut rng, b * l * h * p, 8);
+    worst = worst.max(check("x", &grad4(&xg), &cx, |i, d| f(perturbed(&x, i, d), dt.clone(), a.clone(), bm.clone(), cm.clone(), init.clone())));
+    let cdt = coords(&mut rng, b * l * h, 8);
+    worst = worst.max(check("dt", &values(dtg.grad(&grads).unwrap()), &cdt, |i, d| f(x.clone(), perturbed(&dt, i, d), a.clone(), bm.clone(), cm.clone(), init.clone())));
+    worst = worst.max(check("A", &values(ag.grad(&grads).unwrap()), &[0, 1, 2, 3], |i, d| f(x.clone(), dt.clone(), perturbed(&a, i, d), bm.clone(), cm.clone(), init.clone())));
+    let cb = coords(&mut rng, b * l * g * n, 8);
+    worst = worst.max(check("B", &grad4(&bg), &cb, |i, d| f(x.clone(), dt.clone(), a.clone(), perturbed(&bm, i, d), cm.clone(), init.clone())));
+    worst = worst.max(check("C", &grad4(&cg), &cb, |i, d| f(x.clone(), dt.clone(), a.clone(), bm.clone(), perturbed(&cm, i, d), init.clone())));
+    let cs = coords(&mut rng, b * h * p * n, 8);
+    worst = worst.max(check("initial state", &grad4(&sg), &cs, |i, d| f(x.clone(), dt.clone(), a.clone(), bm.clone(), cm.clone(), perturbed(&init, i, d))));
+    eprintln!("SSD finite-difference check: worst relative error {worst:.2e}");
+}
+
+/// Gradients of every float parameter, by path.
+struct Grads<'a> {
+    grads: &'a <B as AutodiffBackend>::Gradients,
+    path: Vec<String>,
+    out: Vec<(String, Vec<f64>)>,
+}
+
+impl ModuleVisitor<B> for Grads<'_> {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.into());
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let g = param.grad(self.grads).expect("every parameter has a gradient");
+        self.out.push((self.path.join("."), g.into_data().to_vec::<f64>().unwrap()));
+    }
+}
+
+/// Adds `delta` to element `index` of the parameter at `target`.
+struct Perturb {
+    target: String,
+    index: usize,
+    delta: f64,
+    path: Vec<String>,
+}
+
+impl ModuleMapper<B> for Perturb {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.into());
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if self.path.join(".") == self.target {
+            let (index, delta) = (self.index, self.delta);
+            param.map(|t| perturbed(&t, index, delta))
+        } else {
+            param
+        }
+    }
+}
+
+#[test]
+fn mixer_gradients_match_finite_differences() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let device = dev();
+    B::seed(&device, 11);
+    let config = Mamba2Config::new(8)
+        .with_d_state(4)
+        .with_headdim(4)
+        .with_ngroups(2)
+        .with_chunk_size(3)
+        .with_bias(true);
+    let mixer: Mamba2<B> = config.init(&device).unwrap();
+    let (b, l) = (2, 7);
+    let x = tensor(&mut rng, [b, l, 8], |u| u);
+    let state = Mamba2State {
+        conv: tensor(&mut rng, [b, mixer.conv_dim(), 4], |u| u),
+        ssm: tensor(&mut rng, [b, mixer.nheads(), 4, 4], |u| u),
+    };
+    let wy = tensor(&mut rng, [b, l, 8], |u| u);
+    let ws = tensor(&mut rng, [b, mixer.nheads(), 4, 4], |u| u);
+    let loss = |m: &Mamba2<B>, x: Tensor<B, 3>| {
+        let (y, s) = m.forward(x, Some(state.clone())).unwrap();
+        (y * wy.clone()).sum() + (s.ssm * ws.clone()).sum()
+    };
+
+    let xg = x.clone().require_grad();
+    let grads = loss(&mixer, xg.clone()).backward();
+    let mut worst = check("x", &values(xg.grad(&grads).unwrap()), &coords(&mut rng, b * l * 8, 8), |i, d| {
+        scalar(loss(&mixer, perturbed(&x, i, d)))
+    });
+    let mut visitor = Grads { grads: &grads, path: vec![], out: vec![] };
+    mixer.visit(&mut visitor);
+    let names: Vec<&str> = visitor.out.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in ["in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "a_log", "d", "norm.weight", "out_proj.weight", "out_proj.bias"] {
+        assert!(names.contains(&expected), "no gradient for {expected}: {names:?}");
+    }
+    for (name, grad) in &visitor.out {
+        let cs = coords(&mut rng, grad.len(), 6);
+        worst = worst.max(check(name, grad, &cs, |i, d| {
+            let m = mixer.clone().map(&mut Perturb { target: name.clone(), index: i, delta: d, path: vec![] });
+            scalar(loss(&m, x.clone()))
+        }));
+    }
+    eprintln!("mixer finite-difference check: worst relative error {worst:.2e}");
+}
