@@ -86,7 +86,11 @@ impl<B: Backend> Mamba2Backbone<B> {
     /// The all-zero state of a fresh batch of `batch` sequences.
     pub fn zero_state(&self, batch: usize, device: &B::Device) -> BackboneState<B> {
         BackboneState {
-            layers: self.layers.iter().map(|l| l.mixer.zero_state(batch, device)).collect(),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.mixer.zero_state(batch, device))
+                .collect(),
         }
     }
 
@@ -111,7 +115,12 @@ impl<B: Backend> Mamba2Backbone<B> {
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
-        check_shape("x", &x.dims(), &[None, None, Some(self.d_model())], "b, l, d_model")?;
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model())],
+            "b, l, d_model",
+        )?;
         let mut states: Vec<Option<_>> = match state {
             Some(s) => {
                 self.check_layers(&s)?;
@@ -147,7 +156,11 @@ impl<B: Backend> Mamba2Backbone<B> {
     ///
     /// # Shapes
     /// - x: `[b, d_model]`; returns `[b, d_model]` (after `norm_f`) and the new state
-    pub fn step(&self, x: Tensor<B, 2>, state: BackboneState<B>) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
+    pub fn step(
+        &self,
+        x: Tensor<B, 2>,
+        state: BackboneState<B>,
+    ) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
         check_shape("x", &x.dims(), &[None, Some(self.d_model())], "b, d_model")?;
         self.check_layers(&state)?;
         let mut h = upcast(x);

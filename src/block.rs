@@ -57,7 +57,11 @@ impl<B: Backend> Mamba2Block<B> {
 
     /// # Shapes
     /// - h: `[b, d_model]`; returns `[b, d_model]` and the mixer's new state
-    pub fn step(&self, h: Tensor<B, 2>, state: Mamba2State<B>) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
+    pub fn step(
+        &self,
+        h: Tensor<B, 2>,
+        state: Mamba2State<B>,
+    ) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
         let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
         let (y, state) = self.mixer.step(x, state)?;
         let dtype = h.dtype();

@@ -98,21 +98,51 @@ struct HfConfig {
 
 /// transformers' `Mamba2Config` defaults (those of Mamba-Codestral-7B).
 mod hf {
-    pub fn num_heads() -> usize { 128 }
-    pub fn head_dim() -> usize { 64 }
-    pub fn vocab_size() -> usize { 32768 }
-    pub fn hidden_size() -> usize { 4096 }
-    pub fn state_size() -> usize { 128 }
-    pub fn num_hidden_layers() -> usize { 64 }
-    pub fn eps() -> f64 { 1e-5 }
-    pub fn expand() -> usize { 2 }
-    pub fn conv_kernel() -> usize { 4 }
-    pub fn n_groups() -> usize { 8 }
-    pub fn hidden_act() -> String { "silu".into() }
-    pub fn time_step_min() -> f64 { 0.001 }
-    pub fn time_step_max() -> f64 { 0.1 }
-    pub fn time_step_floor() -> f64 { 1e-4 }
-    pub fn chunk_size() -> usize { 256 }
+    pub fn num_heads() -> usize {
+        128
+    }
+    pub fn head_dim() -> usize {
+        64
+    }
+    pub fn vocab_size() -> usize {
+        32768
+    }
+    pub fn hidden_size() -> usize {
+        4096
+    }
+    pub fn state_size() -> usize {
+        128
+    }
+    pub fn num_hidden_layers() -> usize {
+        64
+    }
+    pub fn eps() -> f64 {
+        1e-5
+    }
+    pub fn expand() -> usize {
+        2
+    }
+    pub fn conv_kernel() -> usize {
+        4
+    }
+    pub fn n_groups() -> usize {
+        8
+    }
+    pub fn hidden_act() -> String {
+        "silu".into()
+    }
+    pub fn time_step_min() -> f64 {
+        0.001
+    }
+    pub fn time_step_max() -> f64 {
+        0.1
+    }
+    pub fn time_step_floor() -> f64 {
+        1e-4
+    }
+    pub fn chunk_size() -> usize {
+        256
+    }
 }
 
 fn yes() -> bool {
@@ -182,7 +212,10 @@ impl HfConfig {
             reason,
         };
         if !matches!(self.hidden_act.as_str(), "silu" | "swish") {
-            return Err(unsupported(format!("hidden_act = {:?} (only silu)", self.hidden_act)));
+            return Err(unsupported(format!(
+                "hidden_act = {:?} (only silu)",
+                self.hidden_act
+            )));
         }
         if self.num_heads * self.head_dim != self.expand * self.hidden_size {
             return Err(Mamba2Error::InvalidConfig {
@@ -236,10 +269,16 @@ impl SsConfig {
             )));
         }
         if self.d_intermediate != 0 {
-            return Err(unsupported(format!("d_intermediate = {} (MLP blocks)", self.d_intermediate)));
+            return Err(unsupported(format!(
+                "d_intermediate = {} (MLP blocks)",
+                self.d_intermediate
+            )));
         }
         if !self.attn_layer_idx.is_empty() {
-            return Err(unsupported(format!("attention layers {:?}", self.attn_layer_idx)));
+            return Err(unsupported(format!(
+                "attention layers {:?}",
+                self.attn_layer_idx
+            )));
         }
         if !self.rms_norm {
             return Err(unsupported("rms_norm = false (LayerNorm blocks)".into()));
@@ -255,7 +294,10 @@ impl SsConfig {
             dt_min: m.dt_min.unwrap_or(d.dt_min),
             dt_max: m.dt_max.unwrap_or(d.dt_max),
             dt_init_floor: m.dt_init_floor.unwrap_or(d.dt_init_floor),
-            dt_limit: m.dt_limit.map(|(min, max)| DtLimit { min, max }).unwrap_or(d.dt_limit),
+            dt_limit: m
+                .dt_limit
+                .map(|(min, max)| DtLimit { min, max })
+                .unwrap_or(d.dt_limit),
             a_init_range: m.A_init_range.unwrap_or(d.a_init_range),
             bias: m.bias.unwrap_or(d.bias),
             conv_bias: m.conv_bias.unwrap_or(d.conv_bias),
@@ -267,10 +309,13 @@ impl SsConfig {
         };
         if let Some(d_ssm) = m.d_ssm {
             if d_ssm != mixer.d_inner() {
-                return Err(unsupported(format!("d_ssm = {d_ssm} < d_inner (gated MLP part)")));
+                return Err(unsupported(format!(
+                    "d_ssm = {d_ssm} < d_inner (gated MLP part)"
+                )));
             }
         }
-        let backbone = Mamba2BackboneConfig::new(self.n_layer, mixer).with_norm_eps(self.norm_epsilon);
+        let backbone =
+            Mamba2BackboneConfig::new(self.n_layer, mixer).with_norm_eps(self.norm_epsilon);
         let config = Mamba2LmConfig::new(backbone, self.vocab_size)
             .with_pad_vocab_size_multiple(self.pad_vocab_size_multiple)
             .with_tie_embeddings(self.tie_embeddings);
@@ -298,11 +343,16 @@ pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
         let c: Mamba2LmConfig = json5::from_str(&text).map_err(parse_err)?;
         c.validate()?;
         Ok((c, CheckpointFormat::Burn))
-    } else if has("hidden_size") || value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2") {
+    } else if has("hidden_size")
+        || value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2")
+    {
         let c: HfConfig = json5::from_str(&text).map_err(parse_err)?;
         Ok((c.into_config(&file)?, CheckpointFormat::HuggingFace))
     } else {
-        Err(file_error(&file, "not a Mamba-2 config (no hidden_size, d_model/n_layer or backbone)"))
+        Err(file_error(
+            &file,
+            "not a Mamba-2 config (no hidden_size, d_model/n_layer or backbone)",
+        ))
     }
 }
 
@@ -335,7 +385,9 @@ pub fn pytorch_name(path: &str, format: CheckpointFormat) -> (String, bool) {
         || path.ends_with(".in_proj.weight")
         || path.ends_with(".out_proj.weight");
     let name = match path {
-        "embedding.weight" if format == CheckpointFormat::StateSpaces => EMBEDDING_NAMES[1].to_string(),
+        "embedding.weight" if format == CheckpointFormat::StateSpaces => {
+            EMBEDDING_NAMES[1].to_string()
+        }
         "embedding.weight" => EMBEDDING_NAMES[0].to_string(),
         "lm_head.weight" => path.to_string(),
         p => backbone_name(p.strip_prefix("backbone.").unwrap_or(p)),
@@ -383,13 +435,19 @@ fn load_safetensors<B: Backend, M: Module<B>>(
     for param in model.collect(None, None, false) {
         let path = param.full_path();
         let Source { names, transpose } = source(&path);
-        let Some((name, found)) = names.iter().find_map(|n| tensors.get(n).map(|t| (n.clone(), t))) else {
+        let Some((name, found)) = names
+            .iter()
+            .find_map(|n| tensors.get(n).map(|t| (n.clone(), t)))
+        else {
             return Err(Mamba2Error::MissingTensor {
                 file: file.to_path_buf(),
                 name: names[0].clone(),
             });
         };
-        if !matches!(found.dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16) {
+        if !matches!(
+            found.dtype,
+            DType::F64 | DType::F32 | DType::F16 | DType::BF16
+        ) {
             return Err(Mamba2Error::TensorDType {
                 file: file.to_path_buf(),
                 name,
@@ -452,7 +510,8 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
             let (name, transpose) = pytorch_name(path, format);
             let names = if path == "embedding.weight" {
                 // either spelling; with tied embeddings the head's copy also serves
-                let mut names: Vec<String> = EMBEDDING_NAMES.iter().map(|s| s.to_string()).collect();
+                let mut names: Vec<String> =
+                    EMBEDDING_NAMES.iter().map(|s| s.to_string()).collect();
                 if tied {
                     names.push("lm_head.weight".into());
                 }
@@ -469,7 +528,10 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
 
 /// Loads only the backbone (blocks and `norm_f`) of a Hugging Face or state-spaces checkpoint
 /// folder; the embedding and LM head in the file are skipped.
-pub fn load_backbone<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<Mamba2Backbone<B>> {
+pub fn load_backbone<B: Backend>(
+    dir: impl AsRef<Path>,
+    device: &B::Device,
+) -> Result<Mamba2Backbone<B>> {
     let dir = dir.as_ref();
     let (config, format) = read_config(dir)?;
     if format == CheckpointFormat::Burn {
@@ -506,11 +568,17 @@ fn load_record<B: Backend, M: Module<B>>(model: M, path: &Path, device: &B::Devi
 
 /// Saves `model` and its config to `dir` in this crate's format (`config.json`, `model.mpk`,
 /// full precision); [`load_lm`] reads it back.
-pub fn save_lm<B: Backend>(model: &Mamba2Lm<B>, config: &Mamba2LmConfig, dir: impl AsRef<Path>) -> Result<PathBuf> {
+pub fn save_lm<B: Backend>(
+    model: &Mamba2Lm<B>,
+    config: &Mamba2LmConfig,
+    dir: impl AsRef<Path>,
+) -> Result<PathBuf> {
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
     let config_file = dir.join("config.json");
-    config.save(&config_file).map_err(|e| file_error(&config_file, e))?;
+    config
+        .save(&config_file)
+        .map_err(|e| file_error(&config_file, e))?;
     let path = dir.join("model");
     model
         .clone()
@@ -529,6 +597,10 @@ pub fn save_record<B: Backend, M: Module<B>>(module: &M, path: impl AsRef<Path>)
 }
 
 /// Loads a record written by [`save_record`] into `module` (built from the same config).
-pub fn load_module_record<B: Backend, M: Module<B>>(module: M, path: impl AsRef<Path>, device: &B::Device) -> Result<M> {
+pub fn load_module_record<B: Backend, M: Module<B>>(
+    module: M,
+    path: impl AsRef<Path>,
+    device: &B::Device,
+) -> Result<M> {
     load_record(module, path.as_ref(), device)
 }

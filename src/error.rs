@@ -28,6 +28,15 @@ pub enum Mamba2Error {
         actual: Vec<usize>,
     },
 
+    /// An input has values the model cannot take (token ids outside the vocabulary, ...).
+    #[error("invalid `{name}`: {reason}")]
+    InvalidInput {
+        /// The argument at fault.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A checkpoint tensor expected by the model is not in the file.
     #[error("checkpoint {file}: missing tensor `{name}`")]
     MissingTensor {
@@ -100,7 +109,10 @@ pub(crate) fn check_shape(
     letters: &str,
 ) -> Result<()> {
     let ok = actual.len() == expected.len()
-        && actual.iter().zip(expected).all(|(a, e)| e.is_none_or(|e| e == *a));
+        && actual
+            .iter()
+            .zip(expected)
+            .all(|(a, e)| e.is_none_or(|e| e == *a));
     if ok {
         Ok(())
     } else {

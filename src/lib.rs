@@ -15,7 +15,9 @@ pub mod state;
 
 pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 pub use block::{Mamba2Block, Mamba2BlockConfig};
-pub use checkpoint::{load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat};
+pub use checkpoint::{
+    load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat,
+};
 pub use error::{Mamba2Error, Result};
 pub use lm::{Mamba2Lm, Mamba2LmConfig};
 pub use mixer::{DtLimit, Mamba2, Mamba2Config};

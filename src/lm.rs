@@ -6,7 +6,7 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::{backend::Backend, Distribution, ElementConversion, Int, Tensor};
 
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
-use crate::error::{Mamba2Error};
+use crate::error::Mamba2Error;
 use crate::state::BackboneState;
 
 /// Configuration of a [`Mamba2Lm`].
@@ -31,7 +31,9 @@ pub struct Mamba2LmConfig {
 impl Mamba2LmConfig {
     /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple`.
     pub fn padded_vocab_size(&self) -> usize {
-        self.vocab_size.div_ceil(self.pad_vocab_size_multiple.max(1)) * self.pad_vocab_size_multiple.max(1)
+        self.vocab_size
+            .div_ceil(self.pad_vocab_size_multiple.max(1))
+            * self.pad_vocab_size_multiple.max(1)
     }
 
     /// Checks the config (and its backbone's).
@@ -66,7 +68,11 @@ impl Mamba2LmConfig {
         let lm_head = (!self.tie_embeddings).then(|| {
             let bound = 1.0 / (d as f64).sqrt();
             Linear {
-                weight: crate::param(Tensor::random([d, v], Distribution::Uniform(-bound, bound), device)),
+                weight: crate::param(Tensor::random(
+                    [d, v],
+                    Distribution::Uniform(-bound, bound),
+                    device,
+                )),
                 bias: None,
             }
         });
@@ -111,10 +117,13 @@ impl<B: Backend> Mamba2Lm<B> {
         let min: i64 = ids.clone().min().into_scalar().elem();
         let max: i64 = ids.clone().max().into_scalar().elem();
         if min < 0 || max >= self.vocab_size as i64 {
-            return Err(Mamba2Error::Shape {
+            let bad = if min < 0 { min } else { max };
+            return Err(Mamba2Error::InvalidInput {
                 name: "input_ids",
-                expected: format!("token ids in [0, {})", self.vocab_size),
-                actual: vec![min.max(0) as usize, max.max(0) as usize],
+                reason: format!(
+                    "token id {bad} is outside the vocabulary [0, {})",
+                    self.vocab_size
+                ),
             });
         }
         Ok(())
@@ -150,10 +159,17 @@ impl<B: Backend> Mamba2Lm<B> {
     ///
     /// # Shapes
     /// - ids: `[b]`; returns logits `[b, vocab]` and the new state
-    pub fn step(&self, ids: Tensor<B, 1, Int>, state: BackboneState<B>) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
+    pub fn step(
+        &self,
+        ids: Tensor<B, 1, Int>,
+        state: BackboneState<B>,
+    ) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
         self.check_tokens(&ids)?;
         let b = ids.dims()[0];
-        let x = self.embedding.forward(ids.reshape([b, 1])).reshape([b, self.backbone.d_model()]);
+        let x = self
+            .embedding
+            .forward(ids.reshape([b, 1]))
+            .reshape([b, self.backbone.d_model()]);
         let (h, state) = self.backbone.step(x, state)?;
         let logits = self.head(h.unsqueeze_dim::<3>(1));
         Ok((logits.reshape([b, self.vocab_size]), state))

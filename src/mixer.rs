@@ -147,7 +147,8 @@ impl Mamba2Config {
 
     /// Checks that a model can be built from this config.
     pub fn validate(&self) -> crate::Result<()> {
-        let invalid = |field: &'static str, reason: String| Err(Mamba2Error::InvalidConfig { field, reason });
+        let invalid =
+            |field: &'static str, reason: String| Err(Mamba2Error::InvalidConfig { field, reason });
         for (field, v) in [
             ("d_model", self.d_model),
             ("d_state", self.d_state),
@@ -174,25 +175,41 @@ impl Mamba2Config {
         if self.nheads() % self.ngroups != 0 {
             return invalid(
                 "ngroups",
-                format!("must divide nheads = {}, got {}", self.nheads(), self.ngroups),
+                format!(
+                    "must divide nheads = {}, got {}",
+                    self.nheads(),
+                    self.ngroups
+                ),
             );
         }
         if !(self.dt_min > 0.0 && self.dt_max >= self.dt_min && self.dt_max.is_finite()) {
             return invalid(
                 "dt_min",
-                format!("need 0 < dt_min <= dt_max < inf, got ({}, {})", self.dt_min, self.dt_max),
+                format!(
+                    "need 0 < dt_min <= dt_max < inf, got ({}, {})",
+                    self.dt_min, self.dt_max
+                ),
             );
         }
         if self.dt_init_floor.is_nan() || self.dt_init_floor < 0.0 {
-            return invalid("dt_init_floor", format!("must be >= 0, got {}", self.dt_init_floor));
+            return invalid(
+                "dt_init_floor",
+                format!("must be >= 0, got {}", self.dt_init_floor),
+            );
         }
         let DtLimit { min, max } = self.dt_limit;
         if !(min >= 0.0 && max > min) || max.is_nan() {
-            return invalid("dt_limit", format!("need 0 <= min < max, got ({min}, {max})"));
+            return invalid(
+                "dt_limit",
+                format!("need 0 <= min < max, got ({min}, {max})"),
+            );
         }
         let (lo, hi) = self.a_init_range;
         if !(lo > 0.0 && hi >= lo && hi.is_finite()) {
-            return invalid("a_init_range", format!("need 0 < lo <= hi < inf, got ({lo}, {hi})"));
+            return invalid(
+                "a_init_range",
+                format!("need 0 < lo <= hi < inf, got ({lo}, {hi})"),
+            );
         }
         if !(self.norm_eps > 0.0) {
             return invalid("norm_eps", format!("must be > 0, got {}", self.norm_eps));
@@ -211,7 +228,11 @@ impl Mamba2Config {
         self.validate()?;
         let (d_inner, h) = (self.d_inner(), self.nheads());
         let uniform = |shape: Vec<usize>, bound: f64| {
-            Tensor::<B, 1>::random([shape.iter().product::<usize>()], Distribution::Uniform(-bound, bound), device)
+            Tensor::<B, 1>::random(
+                [shape.iter().product::<usize>()],
+                Distribution::Uniform(-bound, bound),
+                device,
+            )
         };
         let linear = |d_in: usize, d_out: usize| Linear {
             weight: crate::param(
@@ -229,9 +250,11 @@ impl Mamba2Config {
             .with_padding(PaddingConfig1d::Explicit(self.d_conv - 1, 0))
             .with_bias(self.conv_bias)
             .init::<B>(device);
-        conv1d.weight = crate::param(
-            uniform(vec![conv_dim, self.d_conv], conv_bound).reshape([conv_dim, 1, self.d_conv]),
-        );
+        conv1d.weight = crate::param(uniform(vec![conv_dim, self.d_conv], conv_bound).reshape([
+            conv_dim,
+            1,
+            self.d_conv,
+        ]));
         conv1d.bias = self
             .conv_bias
             .then(|| crate::param(uniform(vec![conv_dim], conv_bound)));
@@ -246,7 +269,9 @@ impl Mamba2Config {
         let dt_bias: Vec<f64> = u
             .iter()
             .map(|u| {
-                let dt = (u * (ln_max - ln_min) + ln_min).exp().max(self.dt_init_floor);
+                let dt = (u * (ln_max - ln_min) + ln_min)
+                    .exp()
+                    .max(self.dt_init_floor);
                 dt + (-(-dt).exp_m1()).ln()
             })
             .collect();
@@ -371,7 +396,12 @@ impl<B: Backend> Mamba2<B> {
         check_shape(
             "state.ssm",
             &state.ssm.dims(),
-            &[Some(batch), Some(self.nheads), Some(self.headdim), Some(self.d_state)],
+            &[
+                Some(batch),
+                Some(self.nheads),
+                Some(self.headdim),
+                Some(self.d_state),
+            ],
             "b, h, p, n",
         )
     }
@@ -389,7 +419,12 @@ impl<B: Backend> Mamba2<B> {
         x: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
     ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
-        check_shape("x", &x.dims(), &[None, None, Some(self.d_model)], "b, l, d_model")?;
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model)],
+            "b, l, d_model",
+        )?;
         let [b, l, _] = x.dims();
         if l == 0 {
             return Err(Mamba2Error::Shape {
@@ -406,12 +441,20 @@ impl<B: Backend> Mamba2<B> {
         let Projected { z, xbc, dt } = self.project(x);
         let previous = match &state {
             Some(s) => s.conv.clone(),
-            None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&xbc.device(), xbc.dtype())),
+            None => Tensor::zeros(
+                [b, self.conv_dim(), self.d_conv],
+                (&xbc.device(), xbc.dtype()),
+            ),
         };
         let (xbc, conv_state) = self.conv_sequence(xbc, previous);
         let xs = xbc.clone().narrow(2, 0, self.d_inner).reshape([b, l, h, p]);
-        let b_mat = xbc.clone().narrow(2, self.d_inner, g * n).reshape([b, l, g, n]);
-        let c_mat = xbc.narrow(2, self.d_inner + g * n, g * n).reshape([b, l, g, n]);
+        let b_mat = xbc
+            .clone()
+            .narrow(2, self.d_inner, g * n)
+            .reshape([b, l, g, n]);
+        let c_mat = xbc
+            .narrow(2, self.d_inner + g * n, g * n)
+            .reshape([b, l, g, n]);
         let dt = self.dt_activation(dt);
 
         let (y, ssm_state) = ssd::ssd_chunked(
@@ -440,11 +483,21 @@ impl<B: Backend> Mamba2<B> {
     /// - x: `[b, d_model]`
     /// - state: conv `[b, conv_dim, d_conv]`, ssm `[b, h, p, n]`
     /// - returns `[b, d_model]` and the new state
-    pub fn step(&self, x: Tensor<B, 2>, state: Mamba2State<B>) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
+    pub fn step(
+        &self,
+        x: Tensor<B, 2>,
+        state: Mamba2State<B>,
+    ) -> crate::Result<(Tensor<B, 2>, Mamba2State<B>)> {
         check_shape("x", &x.dims(), &[None, Some(self.d_model)], "b, d_model")?;
         let b = x.dims()[0];
         self.check_state(&state, b)?;
-        let (h, p, g, n, k) = (self.nheads, self.headdim, self.ngroups, self.d_state, self.d_conv);
+        let (h, p, g, n, k) = (
+            self.nheads,
+            self.headdim,
+            self.ngroups,
+            self.d_state,
+            self.d_conv,
+        );
 
         let Projected { z, xbc, dt } = self.project(x);
         // shift the window left by one and append the new raw column
@@ -453,14 +506,21 @@ impl<B: Backend> Mamba2<B> {
             2,
         ); // [b, conv_dim, k]
         let weight = self.conv1d.weight.val().reshape([1, self.conv_dim(), k]);
-        let mut conv = (window.clone() * weight).sum_dim(2).reshape([b, self.conv_dim()]);
+        let mut conv = (window.clone() * weight)
+            .sum_dim(2)
+            .reshape([b, self.conv_dim()]);
         if let Some(bias) = &self.conv1d.bias {
             conv = conv + bias.val().unsqueeze::<2>();
         }
         let xbc = silu(conv);
         let xs = xbc.clone().narrow(1, 0, self.d_inner).reshape([b, h, p]);
-        let b_mat = xbc.clone().narrow(1, self.d_inner, g * n).reshape([b, g, n]);
-        let c_mat = xbc.narrow(1, self.d_inner + g * n, g * n).reshape([b, g, n]);
+        let b_mat = xbc
+            .clone()
+            .narrow(1, self.d_inner, g * n)
+            .reshape([b, g, n]);
+        let c_mat = xbc
+            .narrow(1, self.d_inner + g * n, g * n)
+            .reshape([b, g, n]);
         let dt = self.dt_activation(dt);
 
         let (y, ssm_state) = ssd::ssd_step(xs.clone(), dt, self.a(), b_mat, c_mat, state.ssm);
@@ -494,15 +554,21 @@ impl<B: Backend> Mamba2<B> {
     /// # Shapes
     /// - xbc: `[b, l, conv_dim]`, previous: `[b, conv_dim, d_conv]`
     /// - returns `[b, l, conv_dim]` and the new window `[b, conv_dim, d_conv]`
-    fn conv_sequence(&self, xbc: Tensor<B, 3>, previous: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    fn conv_sequence(
+        &self,
+        xbc: Tensor<B, 3>,
+        previous: Tensor<B, 3>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let [_, l, c] = xbc.dims();
         let k = self.d_conv;
         // the K-1 newest columns of the previous window, then the new ones: [b, K-1+l, c]
         let full = Tensor::cat(vec![previous.narrow(2, 1, k - 1).swap_dims(1, 2), xbc], 1);
         let weight = self.conv1d.weight.val().reshape([c, k]);
-        let mut out = full.clone().narrow(1, 0, l) * weight.clone().narrow(1, 0, 1).reshape([1, 1, c]);
+        let mut out =
+            full.clone().narrow(1, 0, l) * weight.clone().narrow(1, 0, 1).reshape([1, 1, c]);
         for j in 1..k {
-            out = out + full.clone().narrow(1, j, l) * weight.clone().narrow(1, j, 1).reshape([1, 1, c]);
+            out = out
+                + full.clone().narrow(1, j, l) * weight.clone().narrow(1, j, 1).reshape([1, 1, c]);
         }
         if let Some(bias) = &self.conv1d.bias {
             out = out + bias.val().reshape([1, 1, c]);

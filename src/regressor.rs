@@ -23,7 +23,10 @@ pub struct Mamba2RegressorConfig {
 impl Mamba2RegressorConfig {
     /// Builds the regressor: both linear layers `U(±1/√fan_in)` with zero bias.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2Regressor<B>> {
-        for (field, v) in [("n_features", self.n_features), ("n_outputs", self.n_outputs)] {
+        for (field, v) in [
+            ("n_features", self.n_features),
+            ("n_outputs", self.n_outputs),
+        ] {
             if v == 0 {
                 return Err(Mamba2Error::InvalidConfig {
                     field,
@@ -34,7 +37,11 @@ impl Mamba2RegressorConfig {
         let linear = |d_in: usize, d_out: usize| {
             let bound = 1.0 / (d_in as f64).sqrt();
             Linear {
-                weight: crate::param(Tensor::random([d_in, d_out], Distribution::Uniform(-bound, bound), device)),
+                weight: crate::param(Tensor::random(
+                    [d_in, d_out],
+                    Distribution::Uniform(-bound, bound),
+                    device,
+                )),
                 bias: Some(crate::param(Tensor::zeros([d_out], device))),
             }
         };
@@ -72,15 +79,29 @@ impl<B: Backend> Mamba2Regressor<B> {
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
-        check_shape("x", &x.dims(), &[None, None, Some(self.n_features())], "b, l, n_features")?;
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.n_features())],
+            "b, l, n_features",
+        )?;
         let (h, state) = self.backbone.forward(self.input.forward(x), state)?;
         Ok((self.output.forward(h), state))
     }
 
     /// # Shapes
     /// - x: `[b, n_features]`; returns `[b, n_outputs]` and the new state
-    pub fn step(&self, x: Tensor<B, 2>, state: BackboneState<B>) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
-        check_shape("x", &x.dims(), &[None, Some(self.n_features())], "b, n_features")?;
+    pub fn step(
+        &self,
+        x: Tensor<B, 2>,
+        state: BackboneState<B>,
+    ) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, Some(self.n_features())],
+            "b, n_features",
+        )?;
         let (h, state) = self.backbone.step(self.input.forward(x), state)?;
         Ok((self.output.forward(h), state))
     }

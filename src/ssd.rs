@@ -84,9 +84,18 @@ pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     let device = a.device();
     let dtype = a.dtype();
     // strict lower triangle (j < i) and lower triangle with diagonal (j <= i), as 0/1 floats
-    let strict_lower =
-        cast_to(Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &device).bool_not().float(), dtype);
-    let lower = cast_to(Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device).bool_not().float(), dtype);
+    let strict_lower = cast_to(
+        Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &device)
+            .bool_not()
+            .float(),
+        dtype,
+    );
+    let lower = cast_to(
+        Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device)
+            .bool_not()
+            .float(),
+        dtype,
+    );
     // x[m, i, j] = a[m, i] for j < i, else 0
     let x = a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>();
     // cumsum over i: seg[m, i, j] = Σ_{k=j+1}^{i} a[m, k] for j < i, 0 for j >= i
@@ -231,7 +240,13 @@ pub fn ssd_chunked<B: Backend>(
     let [_, _, g, n] = b_mat.dims();
     let (r, q) = (h / g, chunk_size);
     let out_dtype = x.dtype();
-    let (x, dt, a, b_mat, c_mat) = (upcast(x), upcast(dt), upcast(a), upcast(b_mat), upcast(c_mat));
+    let (x, dt, a, b_mat, c_mat) = (
+        upcast(x),
+        upcast(dt),
+        upcast(a),
+        upcast(b_mat),
+        upcast(c_mat),
+    );
     let dtype = x.dtype();
 
     // discretise, pad, and cut into chunks
@@ -284,10 +299,18 @@ pub fn ssd_step<B: Backend>(
     let [_, g, n] = b_mat.dims();
     let r = h / g;
     let out_dtype = x.dtype();
-    let (x, dt, a, b_mat, c_mat) = (upcast(x), upcast(dt), upcast(a), upcast(b_mat), upcast(c_mat));
+    let (x, dt, a, b_mat, c_mat) = (
+        upcast(x),
+        upcast(dt),
+        upcast(a),
+        upcast(b_mat),
+        upcast(c_mat),
+    );
     let state = cast_to(state, x.dtype()).reshape([b, g, r, p, n]);
 
-    let decay = (dt.clone() * a.unsqueeze::<2>()).exp().reshape([b, g, r, 1, 1]);
+    let decay = (dt.clone() * a.unsqueeze::<2>())
+        .exp()
+        .reshape([b, g, r, 1, 1]);
     let x_dt = (x * dt.unsqueeze_dim::<3>(2)).reshape([b, g, r, p, 1]);
     let state = state * decay + x_dt * b_mat.reshape([b, g, 1, 1, n]);
     let y = (state.clone() * c_mat.reshape([b, g, 1, 1, n]))
@@ -311,9 +334,8 @@ pub fn ssd_sequential<B: Backend>(
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let [b, l, h, p] = x.dims();
     let n = b_mat.dims()[3];
-    let mut state = initial_state.unwrap_or_else(|| {
-        Tensor::zeros([b, h, p, n], (&x.device(), compute_dtype(x.dtype())))
-    });
+    let mut state = initial_state
+        .unwrap_or_else(|| Tensor::zeros([b, h, p, n], (&x.device(), compute_dtype(x.dtype()))));
     let mut ys = Vec::with_capacity(l);
     for t in 0..l {
         let (y, s) = ssd_step(

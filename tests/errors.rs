@@ -7,8 +7,8 @@ use burn::backend::NdArray;
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use mamba2_burn::{
-    load_backbone, load_lm, read_config, save_lm, CheckpointFormat, DtLimit, Mamba2BackboneConfig, Mamba2Config,
-    Mamba2Error, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
+    load_backbone, load_lm, read_config, save_lm, CheckpointFormat, DtLimit, Mamba2BackboneConfig,
+    Mamba2Config, Mamba2Error, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
 };
 
 type B = NdArray<f32>;
@@ -18,7 +18,9 @@ fn dev() -> <B as burn::tensor::backend::BackendTypes>::Device {
 }
 
 fn fixture(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/reference")
+        .join(case)
 }
 
 fn config_field(err: Mamba2Error) -> &'static str {
@@ -46,47 +48,125 @@ fn invalid_configs_are_errors() {
     assert_eq!(field(base.clone().with_headdim(0)), "headdim");
     assert_eq!(field(base.clone().with_chunk_size(0)), "chunk_size");
     assert_eq!(field(base.clone().with_d_conv(0)), "d_conv");
-    assert_eq!(field(base.clone().with_dt_limit(DtLimit { min: 0.2, max: 0.1 })), "dt_limit");
-    assert_eq!(field(base.clone().with_a_init_range((0.0, 16.0))), "a_init_range");
+    assert_eq!(
+        field(base.clone().with_dt_limit(DtLimit { min: 0.2, max: 0.1 })),
+        "dt_limit"
+    );
+    assert_eq!(
+        field(base.clone().with_a_init_range((0.0, 16.0))),
+        "a_init_range"
+    );
     assert_eq!(field(base.clone().with_dt_min(0.5)), "dt_min"); // dt_min > dt_max
-    let message = base.clone().with_ngroups(3).validate().unwrap_err().to_string();
-    assert!(message.contains("ngroups") && message.contains("nheads = 4"), "{message}");
+    let message = base
+        .clone()
+        .with_ngroups(3)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("ngroups") && message.contains("nheads = 4"),
+        "{message}"
+    );
 
     let backbone = Mamba2BackboneConfig::new(0, base.clone());
-    assert_eq!(config_field(backbone.init::<B>(&dev()).unwrap_err()), "n_layer");
+    assert_eq!(
+        config_field(backbone.init::<B>(&dev()).unwrap_err()),
+        "n_layer"
+    );
     let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(1, base.clone()), 0);
-    assert_eq!(config_field(lm.init::<B>(&dev()).unwrap_err()), "vocab_size");
+    assert_eq!(
+        config_field(lm.init::<B>(&dev()).unwrap_err()),
+        "vocab_size"
+    );
     let reg = Mamba2RegressorConfig::new(0, 1, Mamba2BackboneConfig::new(1, base));
-    assert_eq!(config_field(reg.init::<B>(&dev()).unwrap_err()), "n_features");
+    assert_eq!(
+        config_field(reg.init::<B>(&dev()).unwrap_err()),
+        "n_features"
+    );
 }
 
 #[test]
 fn wrong_input_shapes_are_errors() {
-    let config = Mamba2Config::new(32).with_d_state(8).with_headdim(16).with_chunk_size(8);
+    let config = Mamba2Config::new(32)
+        .with_d_state(8)
+        .with_headdim(16)
+        .with_chunk_size(8);
     let mixer = config.init::<B>(&dev()).unwrap();
     let x = Tensor::<B, 3>::zeros([2, 5, 32], &dev());
-    assert_eq!(shape_name(mixer.forward(Tensor::zeros([2, 5, 31], &dev()), None).unwrap_err()), "x");
-    assert_eq!(shape_name(mixer.forward(Tensor::zeros([2, 0, 32], &dev()), None).unwrap_err()), "x");
-    assert_eq!(shape_name(mixer.step(Tensor::zeros([2, 33], &dev()), mixer.zero_state(2, &dev())).unwrap_err()), "x");
+    assert_eq!(
+        shape_name(
+            mixer
+                .forward(Tensor::zeros([2, 5, 31], &dev()), None)
+                .unwrap_err()
+        ),
+        "x"
+    );
+    assert_eq!(
+        shape_name(
+            mixer
+                .forward(Tensor::zeros([2, 0, 32], &dev()), None)
+                .unwrap_err()
+        ),
+        "x"
+    );
+    assert_eq!(
+        shape_name(
+            mixer
+                .step(Tensor::zeros([2, 33], &dev()), mixer.zero_state(2, &dev()))
+                .unwrap_err()
+        ),
+        "x"
+    );
 
     let good = mixer.zero_state(2, &dev());
-    let bad_conv = Mamba2State { conv: Tensor::zeros([2, 96, 3], &dev()), ssm: good.ssm.clone() };
-    assert_eq!(shape_name(mixer.forward(x.clone(), Some(bad_conv)).unwrap_err()), "state.conv");
-    let bad_ssm = Mamba2State { conv: good.conv.clone(), ssm: Tensor::zeros([3, 4, 16, 8], &dev()) };
-    assert_eq!(shape_name(mixer.forward(x.clone(), Some(bad_ssm.clone())).unwrap_err()), "state.ssm");
-    assert_eq!(shape_name(mixer.step(Tensor::zeros([2, 32], &dev()), bad_ssm).unwrap_err()), "state.ssm");
-    let err = mixer.forward(Tensor::zeros([2, 5, 31], &dev()), None).unwrap_err().to_string();
+    let bad_conv = Mamba2State {
+        conv: Tensor::zeros([2, 96, 3], &dev()),
+        ssm: good.ssm.clone(),
+    };
+    assert_eq!(
+        shape_name(mixer.forward(x.clone(), Some(bad_conv)).unwrap_err()),
+        "state.conv"
+    );
+    let bad_ssm = Mamba2State {
+        conv: good.conv.clone(),
+        ssm: Tensor::zeros([3, 4, 16, 8], &dev()),
+    };
+    assert_eq!(
+        shape_name(mixer.forward(x.clone(), Some(bad_ssm.clone())).unwrap_err()),
+        "state.ssm"
+    );
+    assert_eq!(
+        shape_name(
+            mixer
+                .step(Tensor::zeros([2, 32], &dev()), bad_ssm)
+                .unwrap_err()
+        ),
+        "state.ssm"
+    );
+    let err = mixer
+        .forward(Tensor::zeros([2, 5, 31], &dev()), None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("d_model=32") && err.contains("31"), "{err}");
 
     let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, config.clone()), 50)
         .init::<B>(&dev())
         .unwrap();
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::from([[1i64, 2, 64]]), &dev());
-    assert_eq!(shape_name(lm.forward(ids, None).unwrap_err()), "input_ids"); // 64 >= padded vocab 64
+    match lm.forward(ids, None).unwrap_err() {
+        Mamba2Error::InvalidInput { name, reason } => {
+            assert_eq!(name, "input_ids");
+            assert!(reason.contains("64"), "{reason}"); // 64 >= padded vocab 64
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::from([[1i64, 2, 3]]), &dev());
     let mut state = lm.zero_state(1, &dev());
     state.layers.pop();
-    assert_eq!(shape_name(lm.forward(ids.clone(), Some(state)).unwrap_err()), "state.layers");
+    assert_eq!(
+        shape_name(lm.forward(ids.clone(), Some(state)).unwrap_err()),
+        "state.layers"
+    );
     let (_, state) = lm.forward(ids, None).unwrap();
     let two = Tensor::<B, 1, Int>::from_data(TensorData::from([1i64, 2]), &dev());
     assert_eq!(shape_name(lm.step(two, state).unwrap_err()), "state.conv"); // batch 2 vs the state's 1
@@ -94,7 +174,13 @@ fn wrong_input_shapes_are_errors() {
     let reg = Mamba2RegressorConfig::new(5, 1, Mamba2BackboneConfig::new(1, config))
         .init::<B>(&dev())
         .unwrap();
-    assert_eq!(shape_name(reg.forward(Tensor::zeros([1, 4, 6], &dev()), None).unwrap_err()), "x");
+    assert_eq!(
+        shape_name(
+            reg.forward(Tensor::zeros([1, 4, 6], &dev()), None)
+                .unwrap_err()
+        ),
+        "x"
+    );
 }
 
 /// One tensor of a hand-written safetensors file.
@@ -106,7 +192,12 @@ struct Entry {
 }
 
 fn f32_entry(name: &str, shape: Vec<usize>, values: &[f32]) -> Entry {
-    Entry { name: name.into(), dtype: "F32", shape, bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+    Entry {
+        name: name.into(),
+        dtype: "F32",
+        shape,
+        bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
 }
 
 fn read_entries(file: &Path) -> Vec<Entry> {
@@ -132,7 +223,11 @@ fn write_entries(file: &Path, entries: &[Entry]) {
         }
         header.push_str(&format!(
             "\"{}\":{{\"dtype\":\"{}\",\"shape\":{:?},\"data_offsets\":[{},{}]}}",
-            e.name, e.dtype, e.shape, offset, offset + e.bytes.len()
+            e.name,
+            e.dtype,
+            e.shape,
+            offset,
+            offset + e.bytes.len()
         ));
         offset += e.bytes.len();
     }
@@ -151,7 +246,11 @@ fn write_entries(file: &Path, entries: &[Entry]) {
 /// A copy of a fixture case whose weights went through `edit`.
 fn edited_case(case: &str, edit: impl FnOnce(&mut Vec<Entry>)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(fixture(case).join("config.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(
+        fixture(case).join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
     let mut entries = read_entries(&fixture(case).join("model.safetensors"));
     edit(&mut entries);
     write_entries(&dir.path().join("model.safetensors"), &entries);
@@ -172,24 +271,42 @@ fn rewritten_checkpoint_loads() {
 
 #[test]
 fn broken_checkpoints_are_errors() {
-    let missing = edited_case("tiny", |e| e.retain(|t| t.name != "backbone.layers.1.mixer.D"));
+    let missing = edited_case("tiny", |e| {
+        e.retain(|t| t.name != "backbone.layers.1.mixer.D")
+    });
     match load_lm::<B>(missing.path(), &dev()).unwrap_err() {
         Mamba2Error::MissingTensor { name, .. } => assert_eq!(name, "backbone.layers.1.mixer.D"),
         other => panic!("expected MissingTensor, got {other:?}"),
     }
 
-    let extra = edited_case("tiny", |e| e.push(f32_entry("backbone.layers.0.mixer.extra", vec![2], &[1.0, 2.0])));
+    let extra = edited_case("tiny", |e| {
+        e.push(f32_entry(
+            "backbone.layers.0.mixer.extra",
+            vec![2],
+            &[1.0, 2.0],
+        ))
+    });
     match load_lm::<B>(extra.path(), &dev()).unwrap_err() {
-        Mamba2Error::UnexpectedTensor { name, .. } => assert_eq!(name, "backbone.layers.0.mixer.extra"),
+        Mamba2Error::UnexpectedTensor { name, .. } => {
+            assert_eq!(name, "backbone.layers.0.mixer.extra")
+        }
         other => panic!("expected UnexpectedTensor, got {other:?}"),
     }
 
     let misshaped = edited_case("tiny", |e| {
-        let t = e.iter_mut().find(|t| t.name == "backbone.layers.0.mixer.dt_bias").unwrap();
+        let t = e
+            .iter_mut()
+            .find(|t| t.name == "backbone.layers.0.mixer.dt_bias")
+            .unwrap();
         *t = f32_entry("backbone.layers.0.mixer.dt_bias", vec![5], &[0.0; 5]);
     });
     match load_lm::<B>(misshaped.path(), &dev()).unwrap_err() {
-        Mamba2Error::TensorShape { name, expected, actual, .. } => {
+        Mamba2Error::TensorShape {
+            name,
+            expected,
+            actual,
+            ..
+        } => {
             assert_eq!(name, "backbone.layers.0.mixer.dt_bias");
             assert_eq!((expected, actual), (vec![4], vec![5]));
         }
@@ -197,7 +314,10 @@ fn broken_checkpoints_are_errors() {
     }
 
     let transposed = edited_case("tiny", |e| {
-        let t = e.iter_mut().find(|t| t.name == "backbone.layers.1.mixer.out_proj.weight").unwrap();
+        let t = e
+            .iter_mut()
+            .find(|t| t.name == "backbone.layers.1.mixer.out_proj.weight")
+            .unwrap();
         t.shape.reverse(); // [32, 64] -> [64, 32]
     });
     match load_lm::<B>(transposed.path(), &dev()).unwrap_err() {
@@ -209,7 +329,10 @@ fn broken_checkpoints_are_errors() {
     }
 
     let wrong_type = edited_case("tiny", |e| {
-        let t = e.iter_mut().find(|t| t.name == "backbone.norm_f.weight").unwrap();
+        let t = e
+            .iter_mut()
+            .find(|t| t.name == "backbone.norm_f.weight")
+            .unwrap();
         t.dtype = "I32";
     });
     match load_lm::<B>(wrong_type.path(), &dev()).unwrap_err() {
@@ -222,27 +345,63 @@ fn broken_checkpoints_are_errors() {
     let file = truncated.path().join("model.safetensors");
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
-    assert!(matches!(load_lm::<B>(truncated.path(), &dev()).unwrap_err(), Mamba2Error::File { .. }));
+    assert!(matches!(
+        load_lm::<B>(truncated.path(), &dev()).unwrap_err(),
+        Mamba2Error::File { .. }
+    ));
 
     // no weights, no config, a config that is not JSON, a Mamba-1 config
     let no_weights = tempfile::tempdir().unwrap();
-    std::fs::copy(fixture("tiny").join("config.json"), no_weights.path().join("config.json")).unwrap();
-    assert!(matches!(load_lm::<B>(no_weights.path(), &dev()).unwrap_err(), Mamba2Error::File { .. }));
+    std::fs::copy(
+        fixture("tiny").join("config.json"),
+        no_weights.path().join("config.json"),
+    )
+    .unwrap();
+    assert!(matches!(
+        load_lm::<B>(no_weights.path(), &dev()).unwrap_err(),
+        Mamba2Error::File { .. }
+    ));
     let empty = tempfile::tempdir().unwrap();
-    assert!(matches!(load_lm::<B>(empty.path(), &dev()).unwrap_err(), Mamba2Error::File { .. }));
+    assert!(matches!(
+        load_lm::<B>(empty.path(), &dev()).unwrap_err(),
+        Mamba2Error::File { .. }
+    ));
     std::fs::write(empty.path().join("config.json"), "{ not json").unwrap();
-    assert!(matches!(read_config(empty.path()).unwrap_err(), Mamba2Error::File { .. }));
-    std::fs::write(empty.path().join("config.json"), r#"{"d_model": 32, "n_layer": 2, "vocab_size": 10, "ssm_cfg": {}}"#).unwrap();
-    assert!(matches!(read_config(empty.path()).unwrap_err(), Mamba2Error::Unsupported { .. }));
-    std::fs::write(empty.path().join("config.json"), r#"{"model_type": "mamba2", "hidden_size": 32, "num_heads": 3, "head_dim": 16}"#).unwrap();
-    assert_eq!(config_field(read_config(empty.path()).unwrap_err()), "num_heads");
+    assert!(matches!(
+        read_config(empty.path()).unwrap_err(),
+        Mamba2Error::File { .. }
+    ));
+    std::fs::write(
+        empty.path().join("config.json"),
+        r#"{"d_model": 32, "n_layer": 2, "vocab_size": 10, "ssm_cfg": {}}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        read_config(empty.path()).unwrap_err(),
+        Mamba2Error::Unsupported { .. }
+    ));
+    std::fs::write(
+        empty.path().join("config.json"),
+        r#"{"model_type": "mamba2", "hidden_size": 32, "num_heads": 3, "head_dim": 16}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        config_field(read_config(empty.path()).unwrap_err()),
+        "num_heads"
+    );
 }
 
 #[test]
 fn configs_of_both_formats_are_read() {
     let (hf, format) = read_config(&fixture("dtlimit_groups4")).unwrap();
     assert_eq!(format, CheckpointFormat::HuggingFace);
-    assert_eq!(hf.backbone.mixer.dt_limit, DtLimit { min: 0.02, max: 0.2 });
+    assert_eq!(
+        hf.backbone.mixer.dt_limit,
+        DtLimit {
+            min: 0.02,
+            max: 0.2
+        }
+    );
     assert_eq!(hf.backbone.mixer.ngroups, 4);
     assert!(!hf.tie_embeddings);
     let (hf, _) = read_config(&fixture("tiny")).unwrap(); // holds `Infinity`
@@ -250,7 +409,14 @@ fn configs_of_both_formats_are_read() {
     let (ss, format) = read_config(&fixture("tied_ss_format")).unwrap();
     assert_eq!(format, CheckpointFormat::StateSpaces);
     assert!(ss.tie_embeddings);
-    assert_eq!((ss.backbone.mixer.headdim, ss.backbone.mixer.d_state, ss.backbone.mixer.chunk_size), (8, 4, 4));
+    assert_eq!(
+        (
+            ss.backbone.mixer.headdim,
+            ss.backbone.mixer.d_state,
+            ss.backbone.mixer.chunk_size
+        ),
+        (8, 4, 4)
+    );
     // the backbone alone loads from an LM checkpoint of either format
     load_backbone::<B>(fixture("tied_ss_format"), &dev()).unwrap();
     load_backbone::<B>(fixture("groups2_bias"), &dev()).unwrap();
@@ -258,8 +424,12 @@ fn configs_of_both_formats_are_read() {
 
 #[test]
 fn own_records_round_trip() {
-    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8).with_dt_limit(DtLimit { min: 0.0, max: 0.5 });
-    let config = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 20).with_tie_embeddings(false);
+    let mixer = Mamba2Config::new(16)
+        .with_d_state(8)
+        .with_headdim(8)
+        .with_dt_limit(DtLimit { min: 0.0, max: 0.5 });
+    let config =
+        Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 20).with_tie_embeddings(false);
     let lm = config.init::<B>(&dev()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     save_lm(&lm, &config, dir.path()).unwrap();
@@ -273,12 +443,26 @@ fn own_records_round_trip() {
     a.into_data().assert_eq(&b.into_data(), true);
 
     // an infinite dt_limit survives the JSON round trip
-    let unlimited = Mamba2LmConfig::new(Mamba2BackboneConfig::new(1, Mamba2Config::new(16).with_headdim(8).with_d_state(4)), 8);
+    let unlimited = Mamba2LmConfig::new(
+        Mamba2BackboneConfig::new(1, Mamba2Config::new(16).with_headdim(8).with_d_state(4)),
+        8,
+    );
     let dir2 = tempfile::tempdir().unwrap();
-    save_lm(&unlimited.init::<B>(&dev()).unwrap(), &unlimited, dir2.path()).unwrap();
-    assert_eq!(read_config(dir2.path()).unwrap().0.backbone.mixer.dt_limit, DtLimit::NONE);
+    save_lm(
+        &unlimited.init::<B>(&dev()).unwrap(),
+        &unlimited,
+        dir2.path(),
+    )
+    .unwrap();
+    assert_eq!(
+        read_config(dir2.path()).unwrap().0.backbone.mixer.dt_limit,
+        DtLimit::NONE
+    );
 
     // a corrupt record is an error
     std::fs::write(dir.path().join("model.mpk"), b"garbage").unwrap();
-    assert!(matches!(load_lm::<B>(dir.path(), &dev()).unwrap_err(), Mamba2Error::File { .. }));
+    assert!(matches!(
+        load_lm::<B>(dir.path(), &dev()).unwrap_err(),
+        Mamba2Error::File { .. }
+    ));
 }

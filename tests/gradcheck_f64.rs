@@ -32,7 +32,11 @@ fn dev() -> <B as burn::tensor::backend::BackendTypes>::Device {
     device
 }
 
-fn tensor<const D: usize>(rng: &mut StdRng, shape: [usize; D], f: impl Fn(f64) -> f64) -> Tensor<B, D> {
+fn tensor<const D: usize>(
+    rng: &mut StdRng,
+    shape: [usize; D],
+    f: impl Fn(f64) -> f64,
+) -> Tensor<B, D> {
     let n = shape.iter().product();
     let v: Vec<f64> = (0..n).map(|_| f(rng.random::<f64>() * 2.0 - 1.0)).collect();
     Tensor::from_data(TensorData::new(v, shape), &dev())
@@ -54,13 +58,22 @@ fn perturbed<const D: usize>(t: &Tensor<B, D>, index: usize, delta: f64) -> Tens
 }
 
 /// Checks `grad` against central differences of `loss` at a few coordinates of a tensor.
-fn check(what: &str, grad: &[f64], coords: &[usize], mut loss_at: impl FnMut(usize, f64) -> f64) -> f64 {
+fn check(
+    what: &str,
+    grad: &[f64],
+    coords: &[usize],
+    mut loss_at: impl FnMut(usize, f64) -> f64,
+) -> f64 {
     let scale = grad.iter().fold(0.0f64, |m, g| m.max(g.abs()));
     let mut worst = 0.0f64;
     for &i in coords {
         let fd = (loss_at(i, EPS) - loss_at(i, -EPS)) / (2.0 * EPS);
         let err = (fd - grad[i]).abs() / scale.max(1e-12);
-        assert!(err <= TOL, "{what}[{i}]: autodiff {} vs finite difference {fd} (relative {err:.2e})", grad[i]);
+        assert!(
+            err <= TOL,
+            "{what}[{i}]: autodiff {} vs finite difference {fd} (relative {err:.2e})",
+            grad[i]
+        );
         worst = worst.max(err);
     }
     worst
@@ -82,26 +95,104 @@ fn ssd_gradients_match_finite_differences() {
     let init = tensor(&mut rng, [b, h, p, n], |u| u);
     let wy = tensor(&mut rng, [b, l, h, p], |u| u);
     let ws = tensor(&mut rng, [b, h, p, n], |u| u);
-    let loss = |x: Tensor<B, 4>, dt: Tensor<B, 3>, a: Tensor<B, 1>, bm: Tensor<B, 4>, cm: Tensor<B, 4>, s: Tensor<B, 4>| {
+    let loss = |x: Tensor<B, 4>,
+                dt: Tensor<B, 3>,
+                a: Tensor<B, 1>,
+                bm: Tensor<B, 4>,
+                cm: Tensor<B, 4>,
+                s: Tensor<B, 4>| {
         let (y, fin) = ssd_chunked(x, dt, a, bm, cm, q, Some(s));
         (y * wy.clone()).sum() + (fin * ws.clone()).sum()
     };
-    let [xg, bg, cg, sg] = [x.clone(), bm.clone(), cm.clone(), init.clone()].map(|t| t.require_grad());
+    let [xg, bg, cg, sg] =
+        [x.clone(), bm.clone(), cm.clone(), init.clone()].map(|t| t.require_grad());
     let (dtg, ag) = (dt.clone().require_grad(), a.clone().require_grad());
-    let grads = loss(xg.clone(), dtg.clone(), ag.clone(), bg.clone(), cg.clone(), sg.clone()).backward();
+    let grads = loss(
+        xg.clone(),
+        dtg.clone(),
+        ag.clone(),
+        bg.clone(),
+        cg.clone(),
+        sg.clone(),
+    )
+    .backward();
     let grad4 = |t: &Tensor<B, 4>| values(t.grad(&grads).unwrap());
     let mut worst = 0.0f64;
     let f = |x, dt, a, bm, cm, s| scalar(loss(x, dt, a, bm, cm, s));
     let cx = coords(&mut rng, b * l * h * p, 8);
-    worst = worst.max(check("x", &grad4(&xg), &cx, |i, d| f(perturbed(&x, i, d), dt.clone(), a.clone(), bm.clone(), cm.clone(), init.clone())));
+    worst = worst.max(check("x", &grad4(&xg), &cx, |i, d| {
+        f(
+            perturbed(&x, i, d),
+            dt.clone(),
+            a.clone(),
+            bm.clone(),
+            cm.clone(),
+            init.clone(),
+        )
+    }));
     let cdt = coords(&mut rng, b * l * h, 8);
-    worst = worst.max(check("dt", &values(dtg.grad(&grads).unwrap()), &cdt, |i, d| f(x.clone(), perturbed(&dt, i, d), a.clone(), bm.clone(), cm.clone(), init.clone())));
-    worst = worst.max(check("A", &values(ag.grad(&grads).unwrap()), &[0, 1, 2, 3], |i, d| f(x.clone(), dt.clone(), perturbed(&a, i, d), bm.clone(), cm.clone(), init.clone())));
+    worst = worst.max(check(
+        "dt",
+        &values(dtg.grad(&grads).unwrap()),
+        &cdt,
+        |i, d| {
+            f(
+                x.clone(),
+                perturbed(&dt, i, d),
+                a.clone(),
+                bm.clone(),
+                cm.clone(),
+                init.clone(),
+            )
+        },
+    ));
+    worst = worst.max(check(
+        "A",
+        &values(ag.grad(&grads).unwrap()),
+        &[0, 1, 2, 3],
+        |i, d| {
+            f(
+                x.clone(),
+                dt.clone(),
+                perturbed(&a, i, d),
+                bm.clone(),
+                cm.clone(),
+                init.clone(),
+            )
+        },
+    ));
     let cb = coords(&mut rng, b * l * g * n, 8);
-    worst = worst.max(check("B", &grad4(&bg), &cb, |i, d| f(x.clone(), dt.clone(), a.clone(), perturbed(&bm, i, d), cm.clone(), init.clone())));
-    worst = worst.max(check("C", &grad4(&cg), &cb, |i, d| f(x.clone(), dt.clone(), a.clone(), bm.clone(), perturbed(&cm, i, d), init.clone())));
+    worst = worst.max(check("B", &grad4(&bg), &cb, |i, d| {
+        f(
+            x.clone(),
+            dt.clone(),
+            a.clone(),
+            perturbed(&bm, i, d),
+            cm.clone(),
+            init.clone(),
+        )
+    }));
+    worst = worst.max(check("C", &grad4(&cg), &cb, |i, d| {
+        f(
+            x.clone(),
+            dt.clone(),
+            a.clone(),
+            bm.clone(),
+            perturbed(&cm, i, d),
+            init.clone(),
+        )
+    }));
     let cs = coords(&mut rng, b * h * p * n, 8);
-    worst = worst.max(check("initial state", &grad4(&sg), &cs, |i, d| f(x.clone(), dt.clone(), a.clone(), bm.clone(), cm.clone(), perturbed(&init, i, d))));
+    worst = worst.max(check("initial state", &grad4(&sg), &cs, |i, d| {
+        f(
+            x.clone(),
+            dt.clone(),
+            a.clone(),
+            bm.clone(),
+            cm.clone(),
+            perturbed(&init, i, d),
+        )
+    }));
     eprintln!("SSD finite-difference check: worst relative error {worst:.2e}");
 }
 
@@ -120,8 +211,11 @@ impl ModuleVisitor<B> for Grads<'_> {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let g = param.grad(self.grads).expect("every parameter has a gradient");
-        self.out.push((self.path.join("."), g.into_data().to_vec::<f64>().unwrap()));
+        let g = param
+            .grad(self.grads)
+            .expect("every parameter has a gradient");
+        self.out
+            .push((self.path.join("."), g.into_data().to_vec::<f64>().unwrap()));
     }
 }
 
@@ -177,19 +271,45 @@ fn mixer_gradients_match_finite_differences() {
 
     let xg = x.clone().require_grad();
     let grads = loss(&mixer, xg.clone()).backward();
-    let mut worst = check("x", &values(xg.grad(&grads).unwrap()), &coords(&mut rng, b * l * 8, 8), |i, d| {
-        scalar(loss(&mixer, perturbed(&x, i, d)))
-    });
-    let mut visitor = Grads { grads: &grads, path: vec![], out: vec![] };
+    let mut worst = check(
+        "x",
+        &values(xg.grad(&grads).unwrap()),
+        &coords(&mut rng, b * l * 8, 8),
+        |i, d| scalar(loss(&mixer, perturbed(&x, i, d))),
+    );
+    let mut visitor = Grads {
+        grads: &grads,
+        path: vec![],
+        out: vec![],
+    };
     mixer.visit(&mut visitor);
     let names: Vec<&str> = visitor.out.iter().map(|(n, _)| n.as_str()).collect();
-    for expected in ["in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "a_log", "d", "norm.weight", "out_proj.weight", "out_proj.bias"] {
-        assert!(names.contains(&expected), "no gradient for {expected}: {names:?}");
+    for expected in [
+        "in_proj.weight",
+        "in_proj.bias",
+        "conv1d.weight",
+        "conv1d.bias",
+        "dt_bias",
+        "a_log",
+        "d",
+        "norm.weight",
+        "out_proj.weight",
+        "out_proj.bias",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "no gradient for {expected}: {names:?}"
+        );
     }
     for (name, grad) in &visitor.out {
         let cs = coords(&mut rng, grad.len(), 6);
         worst = worst.max(check(name, grad, &cs, |i, d| {
-            let m = mixer.clone().map(&mut Perturb { target: name.clone(), index: i, delta: d, path: vec![] });
+            let m = mixer.clone().map(&mut Perturb {
+                target: name.clone(),
+                index: i,
+                delta: d,
+                path: vec![],
+            });
             scalar(loss(&m, x.clone()))
         }));
     }

@@ -67,18 +67,33 @@ fn chunked_ssd_matches_sequential_recurrence() {
     B::seed(&dev(), 1);
     // (b, l, h, p, n, g, q, initial state)
     let cases = [
-        (2, 37, 4, 8, 16, 2, 8, true),   // l not a multiple of q, g > 1, initial state
-        (1, 5, 2, 4, 8, 1, 16, false),   // l < q
-        (2, 1, 2, 4, 8, 1, 8, true),     // l = 1
-        (1, 64, 4, 8, 8, 4, 16, true),   // l a multiple of q, g = h
-        (1, 19, 3, 4, 4, 1, 1, true),    // q = 1
+        (2, 37, 4, 8, 16, 2, 8, true), // l not a multiple of q, g > 1, initial state
+        (1, 5, 2, 4, 8, 1, 16, false), // l < q
+        (2, 1, 2, 4, 8, 1, 8, true),   // l = 1
+        (1, 64, 4, 8, 8, 4, 16, true), // l a multiple of q, g = h
+        (1, 19, 3, 4, 4, 1, 1, true),  // q = 1
         (2, 130, 4, 16, 32, 2, 32, true), // several chunks
     ];
     let mut worst: f64 = 0.0;
     for (b, l, h, p, n, g, q, init) in cases {
         let i = ssd_inputs(b, l, h, p, n, g, init);
-        let (y_seq, s_seq) = ssd_sequential(i.x.clone(), i.dt.clone(), i.a.clone(), i.b.clone(), i.c.clone(), i.init.clone());
-        let (y_chk, s_chk) = ssd_chunked(i.x.clone(), i.dt.clone(), i.a.clone(), i.b.clone(), i.c.clone(), q, i.init.clone());
+        let (y_seq, s_seq) = ssd_sequential(
+            i.x.clone(),
+            i.dt.clone(),
+            i.a.clone(),
+            i.b.clone(),
+            i.c.clone(),
+            i.init.clone(),
+        );
+        let (y_chk, s_chk) = ssd_chunked(
+            i.x.clone(),
+            i.dt.clone(),
+            i.a.clone(),
+            i.b.clone(),
+            i.c.clone(),
+            q,
+            i.init.clone(),
+        );
         let tag = format!("b={b} l={l} h={h} p={p} n={n} g={g} q={q} init={init}");
         worst = worst.max(assert_close(&format!("y, {tag}"), y_chk, y_seq.clone()));
         worst = worst.max(assert_close(&format!("final state, {tag}"), s_chk, s_seq));
@@ -95,33 +110,86 @@ fn chunked_ssd_continues_from_its_own_state() {
     B::seed(&dev(), 2);
     let (l, q) = (45, 8);
     let i = ssd_inputs(2, l, 4, 8, 16, 2, true);
-    let (y_full, s_full) = ssd_chunked(i.x.clone(), i.dt.clone(), i.a.clone(), i.b.clone(), i.c.clone(), q, i.init.clone());
+    let (y_full, s_full) = ssd_chunked(
+        i.x.clone(),
+        i.dt.clone(),
+        i.a.clone(),
+        i.b.clone(),
+        i.c.clone(),
+        q,
+        i.init.clone(),
+    );
     for a in [1, 7, 8, 20] {
-        let (y1, s1) = ssd_chunked(slice_time(&i.x, 0, a), slice_time(&i.dt, 0, a), i.a.clone(), slice_time(&i.b, 0, a), slice_time(&i.c, 0, a), q, i.init.clone());
+        let (y1, s1) = ssd_chunked(
+            slice_time(&i.x, 0, a),
+            slice_time(&i.dt, 0, a),
+            i.a.clone(),
+            slice_time(&i.b, 0, a),
+            slice_time(&i.c, 0, a),
+            q,
+            i.init.clone(),
+        );
         let rest = l - a;
-        let (y2, s2) = ssd_chunked(slice_time(&i.x, a, rest), slice_time(&i.dt, a, rest), i.a.clone(), slice_time(&i.b, a, rest), slice_time(&i.c, a, rest), q, Some(s1));
-        assert_close(&format!("y, split at {a}"), Tensor::cat(vec![y1, y2], 1), y_full.clone());
+        let (y2, s2) = ssd_chunked(
+            slice_time(&i.x, a, rest),
+            slice_time(&i.dt, a, rest),
+            i.a.clone(),
+            slice_time(&i.b, a, rest),
+            slice_time(&i.c, a, rest),
+            q,
+            Some(s1),
+        );
+        assert_close(
+            &format!("y, split at {a}"),
+            Tensor::cat(vec![y1, y2], 1),
+            y_full.clone(),
+        );
         assert_close(&format!("state, split at {a}"), s2, s_full.clone());
     }
     // one step after the chunked prefix equals the chunked output at that position
     let a = 30;
-    let (_, s1) = ssd_chunked(slice_time(&i.x, 0, a), slice_time(&i.dt, 0, a), i.a.clone(), slice_time(&i.b, 0, a), slice_time(&i.c, 0, a), q, i.init.clone());
+    let (_, s1) = ssd_chunked(
+        slice_time(&i.x, 0, a),
+        slice_time(&i.dt, 0, a),
+        i.a.clone(),
+        slice_time(&i.b, 0, a),
+        slice_time(&i.c, 0, a),
+        q,
+        i.init.clone(),
+    );
     let at = |t: &Tensor<B, 4>| t.clone().narrow(1, a, 1).squeeze_dim::<3>(1);
-    let (y_step, _) = ssd_step(at(&i.x), i.dt.clone().narrow(1, a, 1).squeeze_dim::<2>(1), i.a.clone(), at(&i.b), at(&i.c), s1);
-    assert_close("step after chunked prefix", y_step, y_full.narrow(1, a, 1).squeeze_dim::<3>(1));
+    let (y_step, _) = ssd_step(
+        at(&i.x),
+        i.dt.clone().narrow(1, a, 1).squeeze_dim::<2>(1),
+        i.a.clone(),
+        at(&i.b),
+        at(&i.c),
+        s1,
+    );
+    assert_close(
+        "step after chunked prefix",
+        y_step,
+        y_full.narrow(1, a, 1).squeeze_dim::<3>(1),
+    );
 }
 
 /// Small mixer configs covering the options.
 fn mixer_configs() -> Vec<Mamba2Config> {
     vec![
-        Mamba2Config::new(16).with_d_state(8).with_headdim(8).with_chunk_size(8),
+        Mamba2Config::new(16)
+            .with_d_state(8)
+            .with_headdim(8)
+            .with_chunk_size(8),
         Mamba2Config::new(24)
             .with_d_state(16)
             .with_headdim(8)
             .with_ngroups(3)
             .with_chunk_size(5)
             .with_bias(true)
-            .with_dt_limit(DtLimit { min: 0.01, max: 0.05 }),
+            .with_dt_limit(DtLimit {
+                min: 0.01,
+                max: 0.05,
+            }),
         Mamba2Config::new(16)
             .with_d_state(4)
             .with_headdim(4)
@@ -131,7 +199,11 @@ fn mixer_configs() -> Vec<Mamba2Config> {
             .with_conv_bias(false)
             .with_d_has_hdim(true)
             .with_norm_before_gate(true),
-        Mamba2Config::new(8).with_d_state(8).with_headdim(16).with_chunk_size(4).with_rmsnorm(false),
+        Mamba2Config::new(8)
+            .with_d_state(8)
+            .with_headdim(16)
+            .with_chunk_size(4)
+            .with_rmsnorm(false),
     ]
 }
 
@@ -144,7 +216,9 @@ fn steps_of(
     let [_, l, _] = x.dims();
     let mut ys = Vec::new();
     for t in from..l {
-        let (y, s) = mixer.step(x.clone().narrow(1, t, 1).squeeze_dim::<2>(1), state).unwrap();
+        let (y, s) = mixer
+            .step(x.clone().narrow(1, t, 1).squeeze_dim::<2>(1), state)
+            .unwrap();
         ys.push(y);
         state = s;
     }
@@ -163,19 +237,49 @@ fn mixer_forward_pieces_and_steps_agree() {
 
         // token by token from the zero state
         let (y_steps, s_steps) = steps_of(&mixer, &x, mixer.zero_state(b, &dev()), 0);
-        worst = worst.max(assert_close(&format!("config {k}: steps vs forward"), y_steps, y_full.clone()));
-        worst = worst.max(assert_close(&format!("config {k}: step ssm state"), s_steps.ssm, s_full.ssm.clone()));
-        assert_close(&format!("config {k}: step conv state"), s_steps.conv, s_full.conv.clone());
+        worst = worst.max(assert_close(
+            &format!("config {k}: steps vs forward"),
+            y_steps,
+            y_full.clone(),
+        ));
+        worst = worst.max(assert_close(
+            &format!("config {k}: step ssm state"),
+            s_steps.ssm,
+            s_full.ssm.clone(),
+        ));
+        assert_close(
+            &format!("config {k}: step conv state"),
+            s_steps.conv,
+            s_full.conv.clone(),
+        );
 
         // forward(x[..a]) then forward(x[a..], state); and prefill then steps
         for a in [1, 2, config.chunk_size, config.chunk_size + 3, l - 1] {
             let (y1, s1) = mixer.forward(x.clone().narrow(1, 0, a), None).unwrap();
-            let (y2, s2) = mixer.forward(x.clone().narrow(1, a, l - a), Some(s1.clone())).unwrap();
-            worst = worst.max(assert_close(&format!("config {k}: split at {a}"), Tensor::cat(vec![y1.clone(), y2], 1), y_full.clone()));
-            assert_close(&format!("config {k}: split at {a}, ssm state"), s2.ssm, s_full.ssm.clone());
-            assert_close(&format!("config {k}: split at {a}, conv state"), s2.conv, s_full.conv.clone());
+            let (y2, s2) = mixer
+                .forward(x.clone().narrow(1, a, l - a), Some(s1.clone()))
+                .unwrap();
+            worst = worst.max(assert_close(
+                &format!("config {k}: split at {a}"),
+                Tensor::cat(vec![y1.clone(), y2], 1),
+                y_full.clone(),
+            ));
+            assert_close(
+                &format!("config {k}: split at {a}, ssm state"),
+                s2.ssm,
+                s_full.ssm.clone(),
+            );
+            assert_close(
+                &format!("config {k}: split at {a}, conv state"),
+                s2.conv,
+                s_full.conv.clone(),
+            );
             let (y_rest, _) = steps_of(&mixer, &x, s1, a);
-            worst = worst.max(assert_close(&format!("config {k}: prefill {a} then steps"), Tensor::cat(vec![y1, y_rest], 1), y_full.clone()));
+            worst = worst.max(assert_close(
+                &format!("config {k}: prefill {a} then steps"),
+                Tensor::cat(vec![y1, y_rest], 1),
+                y_full.clone(),
+            ));
         }
 
         // a non-zero initial state: chunked forward vs steps from it
@@ -185,7 +289,11 @@ fn mixer_forward_pieces_and_steps_agree() {
         };
         let (y_init, _) = mixer.forward(x.clone(), Some(init.clone())).unwrap();
         let (y_init_steps, _) = steps_of(&mixer, &x, init, 0);
-        worst = worst.max(assert_close(&format!("config {k}: from a random state"), y_init_steps, y_init));
+        worst = worst.max(assert_close(
+            &format!("config {k}: from a random state"),
+            y_init_steps,
+            y_init,
+        ));
     }
     eprintln!("mixer paths: worst relative error {worst:.2e}");
 }
@@ -193,31 +301,45 @@ fn mixer_forward_pieces_and_steps_agree() {
 #[test]
 fn lm_prefill_then_steps_equals_full_forward() {
     B::seed(&dev(), 4);
-    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8).with_ngroups(2).with_chunk_size(4);
+    let mixer = Mamba2Config::new(16)
+        .with_d_state(8)
+        .with_headdim(8)
+        .with_ngroups(2)
+        .with_chunk_size(4);
     for tie in [true, false] {
         let config = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer.clone()), 30)
             .with_pad_vocab_size_multiple(8)
             .with_tie_embeddings(tie);
         let lm = config.init::<B>(&dev()).unwrap();
         assert_eq!(lm.vocab_size(), 32);
-        let ids: Tensor<B, 2, Int> = Tensor::random([2, 11], Distribution::Uniform(0.0, 30.0), &dev());
+        let ids: Tensor<B, 2, Int> =
+            Tensor::random([2, 11], Distribution::Uniform(0.0, 30.0), &dev());
         let (full, _) = lm.forward(ids.clone(), None).unwrap();
         let a = 6;
         let (prefix, mut state) = lm.forward(ids.clone().narrow(1, 0, a), None).unwrap();
         let mut logits = vec![prefix];
         for t in a..11 {
-            let (lt, s) = lm.step(ids.clone().narrow(1, t, 1).reshape([2]), state).unwrap();
+            let (lt, s) = lm
+                .step(ids.clone().narrow(1, t, 1).reshape([2]), state)
+                .unwrap();
             logits.push(lt.unsqueeze_dim(1));
             state = s;
         }
-        assert_close(&format!("LM tie={tie}: prefill + steps"), Tensor::cat(logits, 1), full);
+        assert_close(
+            &format!("LM tie={tie}: prefill + steps"),
+            Tensor::cat(logits, 1),
+            full,
+        );
     }
 }
 
 #[test]
 fn regressor_steps_equal_forward() {
     B::seed(&dev(), 5);
-    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8).with_chunk_size(8);
+    let mixer = Mamba2Config::new(16)
+        .with_d_state(8)
+        .with_headdim(8)
+        .with_chunk_size(8);
     let config = Mamba2RegressorConfig::new(5, 2, Mamba2BackboneConfig::new(2, mixer));
     let model = config.init::<B>(&dev()).unwrap();
     let x = randn([3, 20, 5]);
@@ -226,7 +348,9 @@ fn regressor_steps_equal_forward() {
     let mut state = model.backbone.zero_state(3, &dev());
     let mut ys = Vec::new();
     for t in 0..20 {
-        let (yt, s) = model.step(x.clone().narrow(1, t, 1).squeeze_dim::<2>(1), state).unwrap();
+        let (yt, s) = model
+            .step(x.clone().narrow(1, t, 1).squeeze_dim::<2>(1), state)
+            .unwrap();
         ys.push(yt);
         state = s;
     }

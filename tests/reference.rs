@@ -18,7 +18,9 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use mamba2_burn::{load_backbone, load_lm, pytorch_name, read_config, BackboneState, CheckpointFormat};
+use mamba2_burn::{
+    load_backbone, load_lm, pytorch_name, read_config, BackboneState, CheckpointFormat,
+};
 
 type B = Autodiff<NdArray<f32>>;
 
@@ -31,7 +33,9 @@ struct Expected(BTreeMap<String, TensorData>);
 impl Expected {
     fn read(path: &Path) -> Expected {
         let mut store = SafetensorsStore::from_file(path);
-        let all = store.get_all_snapshots().expect("readable expected.safetensors");
+        let all = store
+            .get_all_snapshots()
+            .expect("readable expected.safetensors");
         Expected(
             all.iter()
                 .map(|(k, v)| (k.clone(), v.to_data().expect("tensor data")))
@@ -43,13 +47,27 @@ impl Expected {
         self.0.get(name)
     }
 
-    fn float<const D: usize>(&self, name: &str, dev: &<B as burn::tensor::backend::BackendTypes>::Device) -> Tensor<B, D> {
-        let data = self.0.get(name).unwrap_or_else(|| panic!("expected tensor {name}"));
+    fn float<const D: usize>(
+        &self,
+        name: &str,
+        dev: &<B as burn::tensor::backend::BackendTypes>::Device,
+    ) -> Tensor<B, D> {
+        let data = self
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("expected tensor {name}"));
         Tensor::from_data(data.clone().convert::<f32>(), dev)
     }
 
-    fn int<const D: usize>(&self, name: &str, dev: &<B as burn::tensor::backend::BackendTypes>::Device) -> Tensor<B, D, Int> {
-        let data = self.0.get(name).unwrap_or_else(|| panic!("expected tensor {name}"));
+    fn int<const D: usize>(
+        &self,
+        name: &str,
+        dev: &<B as burn::tensor::backend::BackendTypes>::Device,
+    ) -> Tensor<B, D, Int> {
+        let data = self
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("expected tensor {name}"));
         Tensor::from_data(data.clone().convert::<i64>(), dev)
     }
 }
@@ -65,7 +83,10 @@ struct Report {
 
 fn values(data: TensorData) -> (Vec<usize>, Vec<f64>) {
     let shape = data.shape.to_vec();
-    (shape, data.convert::<f64>().to_vec::<f64>().expect("f64 values"))
+    (
+        shape,
+        data.convert::<f64>().to_vec::<f64>().expect("f64 values"),
+    )
 }
 
 impl Report {
@@ -75,14 +96,24 @@ impl Report {
         let (shape_e, e) = values(expected.clone());
         self.checked += 1;
         if shape_a != shape_e {
-            self.failures.push(format!("{what}: shape {shape_a:?}, expected {shape_e:?}"));
+            self.failures
+                .push(format!("{what}: shape {shape_a:?}, expected {shape_e:?}"));
             return;
         }
-        let scale = e.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
+        let scale = e
+            .iter()
+            .fold(0.0f64, |m, v| m.max(v.abs()))
+            .max(f64::MIN_POSITIVE);
         let err = a
             .iter()
             .zip(&e)
-            .map(|(x, y)| if x.is_finite() { (x - y).abs() } else { f64::INFINITY })
+            .map(|(x, y)| {
+                if x.is_finite() {
+                    (x - y).abs()
+                } else {
+                    f64::INFINITY
+                }
+            })
             .fold(0.0f64, f64::max)
             / scale;
         let (tol, worst) = if grad {
@@ -94,7 +125,8 @@ impl Report {
             *worst = (err, what.to_string());
         }
         if !(err <= tol) {
-            self.failures.push(format!("{what}: relative error {err:.3e} > {tol:e}"));
+            self.failures
+                .push(format!("{what}: relative error {err:.3e} > {tol:e}"));
         }
     }
 }
@@ -144,7 +176,11 @@ fn compare_grads<M: burn::module::Module<B>>(
     format: CheckpointFormat,
     prefix: &str,
 ) {
-    let mut collector = GradCollector { grads, path: Vec::new(), out: BTreeMap::new() };
+    let mut collector = GradCollector {
+        grads,
+        path: Vec::new(),
+        out: BTreeMap::new(),
+    };
     model.visit(&mut collector);
     let mut matched = 0;
     for (path, grad) in collector.out {
@@ -156,12 +192,16 @@ fn compare_grads<M: burn::module::Module<B>>(
                 report.compare(&key, g, e, true);
                 matched += 1;
             }
-            None => report.failures.push(format!("no expected gradient {key} for parameter {path}")),
+            None => report
+                .failures
+                .push(format!("no expected gradient {key} for parameter {path}")),
         }
     }
     let n_expected = expected.0.keys().filter(|k| k.starts_with("grad.")).count();
     if matched != n_expected {
-        report.failures.push(format!("matched {matched} of {n_expected} expected gradients"));
+        report.failures.push(format!(
+            "matched {matched} of {n_expected} expected gradients"
+        ));
     }
 }
 
@@ -177,17 +217,47 @@ fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
     let x = model.embedding.forward(ids.clone());
     let (layers, state) = model.backbone.forward_layers(x, None).expect("forward");
     for (i, out) in layers.iter().enumerate() {
-        report.compare(&format!("layer_out.{i}"), out.clone().into_data(), expected.get(&format!("layer_out.{i}")).unwrap(), false);
+        report.compare(
+            &format!("layer_out.{i}"),
+            out.clone().into_data(),
+            expected.get(&format!("layer_out.{i}")).unwrap(),
+            false,
+        );
     }
     let hidden = model.backbone.norm_f.forward(layers[n_layer - 1].clone());
-    report.compare("hidden_states", hidden.clone().into_data(), expected.get("hidden_states").unwrap(), false);
+    report.compare(
+        "hidden_states",
+        hidden.clone().into_data(),
+        expected.get("hidden_states").unwrap(),
+        false,
+    );
     let logits = model.head(hidden);
-    report.compare("logits", logits.clone().into_data(), expected.get("logits").unwrap(), false);
+    report.compare(
+        "logits",
+        logits.clone().into_data(),
+        expected.get("logits").unwrap(),
+        false,
+    );
     let (logits_api, state_api) = model.forward(ids.clone(), None).expect("forward");
-    report.compare("logits (Mamba2Lm::forward)", logits_api.into_data(), expected.get("logits").unwrap(), false);
+    report.compare(
+        "logits (Mamba2Lm::forward)",
+        logits_api.into_data(),
+        expected.get("logits").unwrap(),
+        false,
+    );
     for i in 0..n_layer {
-        report.compare(&format!("ssm_state.{i}"), state.layers[i].ssm.clone().into_data(), expected.get(&format!("ssm_state.{i}")).unwrap(), false);
-        report.compare(&format!("conv_state.{i}"), state.layers[i].conv.clone().into_data(), expected.get(&format!("conv_state.{i}")).unwrap(), false);
+        report.compare(
+            &format!("ssm_state.{i}"),
+            state.layers[i].ssm.clone().into_data(),
+            expected.get(&format!("ssm_state.{i}")).unwrap(),
+            false,
+        );
+        report.compare(
+            &format!("conv_state.{i}"),
+            state.layers[i].conv.clone().into_data(),
+            expected.get(&format!("conv_state.{i}")).unwrap(),
+            false,
+        );
     }
 
     // single-token decode from the prompt's state
@@ -199,8 +269,16 @@ fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
             let tok = dec.clone().narrow(1, t, 1).reshape([b]);
             let (step_logits, s) = model.step(tok, state).expect("step");
             state = s;
-            let want_t = want.clone().narrow(1, t, 1).reshape([b, model.vocab_size()]);
-            report.compare(&format!("decode_logits[{t}]"), step_logits.into_data(), &want_t.into_data(), false);
+            let want_t = want
+                .clone()
+                .narrow(1, t, 1)
+                .reshape([b, model.vocab_size()]);
+            report.compare(
+                &format!("decode_logits[{t}]"),
+                step_logits.into_data(),
+                &want_t.into_data(),
+                false,
+            );
         }
     }
 
@@ -209,7 +287,9 @@ fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
         let v = model.vocab_size();
         let pred = logits.narrow(1, 0, l - 1).reshape([b * (l - 1), v]);
         let target = ids.narrow(1, 1, l - 1).reshape([b * (l - 1)]);
-        let loss = CrossEntropyLossConfig::new().init(&dev).forward(pred, target);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&dev)
+            .forward(pred, target);
         report.compare("loss", loss.clone().into_data(), loss_expected, false);
         let grads = loss.backward();
         compare_grads(report, &model, &grads, expected, format, "");
@@ -223,12 +303,29 @@ fn check_backbone_case(dir: &Path, expected: &Expected, report: &mut Report) {
     let x = expected.float::<3>("inputs_embeds", &dev);
     let (layers, _) = backbone.forward_layers(x.clone(), None).expect("forward");
     for (i, out) in layers.iter().enumerate() {
-        report.compare(&format!("layer_out.{i}"), out.clone().into_data(), expected.get(&format!("layer_out.{i}")).unwrap(), false);
+        report.compare(
+            &format!("layer_out.{i}"),
+            out.clone().into_data(),
+            expected.get(&format!("layer_out.{i}")).unwrap(),
+            false,
+        );
     }
-    let hidden = backbone.norm_f.forward(layers[config.backbone.n_layer - 1].clone());
-    report.compare("hidden_states", hidden.clone().into_data(), expected.get("hidden_states").unwrap(), false);
+    let hidden = backbone
+        .norm_f
+        .forward(layers[config.backbone.n_layer - 1].clone());
+    report.compare(
+        "hidden_states",
+        hidden.clone().into_data(),
+        expected.get("hidden_states").unwrap(),
+        false,
+    );
     let (via_forward, _) = backbone.forward(x, None).expect("forward");
-    report.compare("hidden_states (Mamba2Backbone::forward)", via_forward.into_data(), expected.get("hidden_states").unwrap(), false);
+    report.compare(
+        "hidden_states (Mamba2Backbone::forward)",
+        via_forward.into_data(),
+        expected.get("hidden_states").unwrap(),
+        false,
+    );
     if let Some(loss_expected) = expected.get("loss") {
         let loss = hidden.square().mean();
         report.compare("loss", loss.clone().into_data(), loss_expected, false);
@@ -254,7 +351,11 @@ fn reference_cases() {
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference"),
     };
     let dirs = case_dirs(&root);
-    assert!(!dirs.is_empty(), "no reference case folders (config.json + expected.safetensors) in {}", root.display());
+    assert!(
+        !dirs.is_empty(),
+        "no reference case folders (config.json + expected.safetensors) in {}",
+        root.display()
+    );
     let mut failed = Vec::new();
     let mut stderr = std::io::stderr();
     for dir in &dirs {
