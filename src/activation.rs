@@ -2,8 +2,7 @@
 //!
 //! Burn 0.21's default `sigmoid` (and so `silu`) computes in `f32` whatever the tensor's type,
 //! which caps an `f64` model at `f32` accuracy, and its `softplus` overflows for large inputs.
-//! These versions compute in the tensor's own type (half types in `f32`), never overflow, and
-//! have the exact derivative everywhere except at the single point `x = 20`.
+//! These versions compute in the tensor's own type (half types in `f32`) and never overflow.
 
 use burn::tensor::activation::relu;
 use burn::tensor::{backend::Backend, Tensor};
@@ -13,7 +12,8 @@ use crate::ssd::{cast_to, upcast};
 /// Above this, `softplus(x) = x` to within `2e-9` (the reference kernels' threshold).
 const SOFTPLUS_THRESHOLD: f64 = 20.0;
 
-/// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`.
+/// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`: exact, with the
+/// exact derivative everywhere but at the single point `x = 20`.
 ///
 /// # Shapes
 /// - any; returns the same shape
@@ -24,12 +24,20 @@ pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     cast_to(y, dtype)
 }
 
-/// `sigmoid(x) = 1 / (1 + e⁻ˣ)`, as `exp(-softplus(-x))`.
+/// `sigmoid(x) = 1 / (1 + e⁻ˣ)`.
+///
+/// The quotient has a constant numerator on purpose: the gradient then flows only through the
+/// denominator (`-1 / (1 + e⁻ˣ)²`, an exact division), never through `recip`, which
+/// burn-ndarray computes with an approximate 12–14-bit SIMD instruction. For `x → -∞`,
+/// `e⁻ˣ = ∞` and the result is exactly 0, with a zero gradient.
 ///
 /// # Shapes
 /// - any; returns the same shape
 pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    softplus(x.neg()).neg().exp()
+    let dtype = x.dtype();
+    let x = upcast(x);
+    let one = Tensor::ones(x.shape(), (&x.device(), x.dtype()));
+    cast_to(one / (x.neg().exp() + 1.0), dtype)
 }
 
 /// `silu(x) = x · sigmoid(x)` (also called swish).

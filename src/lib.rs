@@ -5,6 +5,7 @@ pub mod activation;
 pub mod backbone;
 pub mod block;
 pub mod checkpoint;
+pub mod data;
 pub mod error;
 pub mod lm;
 pub mod mixer;
@@ -12,6 +13,7 @@ pub mod norm;
 pub mod regressor;
 pub mod ssd;
 pub mod state;
+pub mod train;
 
 pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 pub use block::{Mamba2Block, Mamba2BlockConfig};

@@ -1,0 +1,145 @@
+//! Training with Burn's `Learner`: `TrainStep` / `InferenceStep` for the language model and the
+//! regressor, the optimizer the reference trains with, and a warmup + cosine schedule.
+//!
+//! The model types themselves implement the steps, so that a Burn training loop takes them
+//! as they are:
+//!
+//! - [`Mamba2Lm`](crate::Mamba2Lm) on an [`LmBatch`]: next-token cross-entropy (positions whose
+//!   target is `ignore_index` are not scored), output [`SequenceOutput`] for Burn's loss,
+//!   accuracy and perplexity metrics;
+//! - [`Mamba2Regressor`](crate::Mamba2Regressor) on a [`RegressionBatch`]: mean squared error of
+//!   the prediction at the last time step, output [`RegressionOutput`].
+
+mod optim;
+mod schedule;
+
+pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
+pub use schedule::WarmupCosineLr;
+
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor};
+use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
+
+use crate::lm::Mamba2Lm;
+use crate::regressor::Mamba2Regressor;
+
+/// A batch of token sequences for next-token training.
+#[derive(Clone, Debug)]
+pub struct LmBatch<B: Backend> {
+    /// Input token ids `[b, l]`.
+    pub inputs: Tensor<B, 2, Int>,
+    /// Target token ids `[b, l]` (the token that follows each input position).
+    pub targets: Tensor<B, 2, Int>,
+    /// Target id of positions that are not scored (`None`: all are).
+    pub ignore_index: Option<usize>,
+}
+
+impl<B: Backend> Mamba2Lm<B> {
+    /// Logits and the mean cross-entropy over the scored positions of `batch`.
+    ///
+    /// # Shapes
+    /// - batch inputs and targets `[b, l]`; returns the loss `[1]` and logits `[b, l, vocab]`
+    ///
+    /// # Panics
+    /// If the batch holds token ids outside the vocabulary (a data error that a training step
+    /// cannot return).
+    pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B> {
+        let (logits, _) = self
+            .forward(batch.inputs.clone(), None)
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
+        SequenceOutput::new(loss, logits, None, batch.targets.clone())
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Mamba2Lm<B> {
+    type Input = LmBatch<B>;
+    type Output = SequenceOutput<B>;
+
+    fn step(&self, batch: LmBatch<B>) -> TrainOutput<SequenceOutput<B>> {
+        let output = self.forward_loss(&batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl<B: Backend> InferenceStep for Mamba2Lm<B> {
+    type Input = LmBatch<B>;
+    type Output = SequenceOutput<B>;
+
+    fn step(&self, batch: LmBatch<B>) -> SequenceOutput<B> {
+        self.forward_loss(&batch)
+    }
+}
+
+/// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
+/// (Burn's `CrossEntropyLoss` with pad tokens divides by all positions instead).
+///
+/// # Shapes
+/// - logits `[b, l, vocab]`, targets `[b, l]`; returns `[1]`
+pub fn masked_cross_entropy<B: Backend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+    ignore_index: Option<usize>,
+) -> Tensor<B, 1> {
+    let [b, l, v] = logits.dims();
+    let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
+    let targets = targets.reshape([b * l, 1]);
+    let nll = log_probs.gather(1, targets.clone()).reshape([b * l]).neg();
+    match ignore_index {
+        None => nll.mean(),
+        Some(ignore) => {
+            let keep = targets.reshape([b * l]).not_equal_elem(ignore as i64).float();
+            let count = keep.clone().sum().clamp_min(1.0);
+            (nll * keep).sum() * count.powf_scalar(-1.0)
+        }
+    }
+}
+
+/// A batch for sequence regression: predict `targets` from the whole input sequence.
+#[derive(Clone, Debug)]
+pub struct RegressionBatch<B: Backend> {
+    /// Input sequences `[b, l, n_features]`.
+    pub inputs: Tensor<B, 3>,
+    /// Targets `[b, n_outputs]`, compared with the output at the last time step.
+    pub targets: Tensor<B, 2>,
+}
+
+impl<B: Backend> Mamba2Regressor<B> {
+    /// The prediction at the last time step and its mean squared error.
+    ///
+    /// # Shapes
+    /// - inputs `[b, l, n_features]`, targets `[b, n_outputs]`
+    ///
+    /// # Panics
+    /// If the inputs do not have `n_features` features.
+    pub fn forward_regression(&self, batch: &RegressionBatch<B>) -> RegressionOutput<B> {
+        let (y, _) = self
+            .forward(batch.inputs.clone(), None)
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let [b, l, o] = y.dims();
+        let output = y.narrow(1, l - 1, 1).reshape([b, o]);
+        let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, output, batch.targets.clone())
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Mamba2Regressor<B> {
+    type Input = RegressionBatch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: RegressionBatch<B>) -> TrainOutput<RegressionOutput<B>> {
+        let output = self.forward_regression(&batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl<B: Backend> InferenceStep for Mamba2Regressor<B> {
+    type Input = RegressionBatch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: RegressionBatch<B>) -> RegressionOutput<B> {
+        self.forward_regression(&batch)
+    }
+}
