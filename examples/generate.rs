@@ -1,5 +1,6 @@
 //! Loads a Mamba-2 checkpoint, prefills a prompt with the chunked forward, then decodes new
-//! tokens one at a time with the recurrent step (greedy).
+//! tokens one at a time with the recurrent step: greedy, or sampled with temperature, top-k and
+//! top-p from a seed.
 //!
 //! With no arguments it uses the small reference checkpoint in `tests/fixtures/reference/tiny`
 //! (random weights, vocabulary 64), so it runs anywhere without a download:
@@ -10,7 +11,8 @@
 //! ```
 //!
 //! `DIR` holds `config.json` and `model.safetensors` (Hugging Face or state-spaces format) or
-//! `model.mpk` (this crate's format). Tokens are given and printed as ids.
+//! `model.mpk` (this crate's format), or is the artifacts directory of a training run (its
+//! `model/` is loaded). Tokens are given and printed as ids.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +21,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use clap::Parser;
 use mamba2_burn::load_lm;
+use mamba2_burn::sampling::Sampler;
 
 #[derive(Parser, Debug)]
 #[command(about = "Prefill a prompt and decode greedily with a Mamba-2 checkpoint")]
@@ -35,6 +38,18 @@ struct Args {
     /// Number of tokens to generate.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Sample only among the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample only among the most likely tokens whose probabilities sum to p.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Device: cpu, or cuda (needs the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -53,10 +68,17 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::er
     if prompt.is_empty() {
         return Err("--prompt needs at least one token id".into());
     }
-    let model = load_lm::<B>(&args.checkpoint, &device)?;
+    let mut sampler = Sampler::new(args.temperature, args.top_k, args.top_p, args.seed)?;
+    // a training run's artifacts directory holds the final model in model/
+    let dir = if args.checkpoint.join("model").join("config.json").is_file() {
+        args.checkpoint.join("model")
+    } else {
+        args.checkpoint.clone()
+    };
+    let model = load_lm::<B>(&dir, &device)?;
     println!(
         "loaded {} (vocabulary {})",
-        args.checkpoint.display(),
+        dir.display(),
         model.vocab_size()
     );
 
@@ -67,7 +89,7 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::er
     let last = logits
         .narrow(1, prompt.len() - 1, 1)
         .reshape([1, model.vocab_size()]);
-    let mut next = last.argmax(1).reshape([1]);
+    let mut next = sampler.sample(last);
     let prefill_s = start.elapsed().as_secs_f64();
 
     let start = Instant::now();
@@ -77,7 +99,7 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::er
         generated.push(token);
         let (logits, s) = model.step(next, state)?;
         state = s;
-        next = logits.argmax(1).reshape([1]);
+        next = sampler.sample(logits);
     }
     let decode_s = start.elapsed().as_secs_f64();
 

@@ -88,6 +88,15 @@ pub enum Mamba2Error {
         reason: String,
     },
 
+    /// Training produced a NaN or infinite loss or gradient; the run stopped before applying it.
+    #[error("non-finite loss or gradient at optimizer step {step}; the update was not applied{}", match checkpoint { Some(c) => format!(", last good checkpoint: {}", c.display()), None => String::from(" (no checkpoint was written before it)") })]
+    NonFiniteLoss {
+        /// The optimizer step (counted from 1 over the whole run).
+        step: usize,
+        /// The last checkpoint written before that step, if any.
+        checkpoint: Option<PathBuf>,
+    },
+
     /// The checkpoint describes a model this crate does not implement.
     #[error("{file}: unsupported model: {reason}")]
     Unsupported {

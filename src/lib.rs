@@ -11,6 +11,7 @@ pub mod lm;
 pub mod mixer;
 pub mod norm;
 pub mod regressor;
+pub mod sampling;
 pub mod ssd;
 pub mod state;
 pub mod train;

@@ -30,7 +30,10 @@ impl CopyConfig {
     /// Checks the sizes.
     pub fn validate(&self) -> Result<(), String> {
         if self.vocab_size < 3 {
-            return Err(format!("vocab_size must be at least 3, got {}", self.vocab_size));
+            return Err(format!(
+                "vocab_size must be at least 3, got {}",
+                self.vocab_size
+            ));
         }
         if self.n_data == 0 || 2 * self.n_data > self.seq_len {
             return Err(format!(
@@ -47,7 +50,9 @@ impl CopyConfig {
         let region = self.seq_len - self.n_data;
         let mut positions = sample(&mut rng, region, self.n_data).into_vec();
         positions.sort_unstable();
-        let data: Vec<i64> = (0..self.n_data).map(|_| rng.random_range(2..self.vocab_size as i64)).collect();
+        let data: Vec<i64> = (0..self.n_data)
+            .map(|_| rng.random_range(2..self.vocab_size as i64))
+            .collect();
         let mut input = vec![NOISE; self.seq_len];
         for (&p, &d) in positions.iter().zip(&data) {
             input[p] = d;

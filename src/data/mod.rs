@@ -2,6 +2,7 @@
 //! text, and the batcher that turns token sequences into [`LmBatch`](crate::train::LmBatch)es.
 
 pub mod copy;
+pub mod loader;
 pub mod mqar;
 pub mod text;
 
@@ -32,7 +33,11 @@ pub struct GeneratedDataset<F> {
 impl<F: Fn(u64, u64) -> SequenceItem + Send + Sync> GeneratedDataset<F> {
     /// `len` items of `generate(seed, index)`.
     pub fn new(generate: F, seed: u64, len: usize) -> Self {
-        Self { generate, seed, len }
+        Self {
+            generate,
+            seed,
+            len,
+        }
     }
 }
 
@@ -60,7 +65,11 @@ impl<B: Backend> Batcher<B, SequenceItem, LmBatch<B>> for SequenceBatcher {
         let mut inputs = Vec::with_capacity(b * l);
         let mut targets = Vec::with_capacity(b * l);
         for item in items {
-            assert_eq!(item.input.len(), l, "all sequences of a batch must have the same length");
+            assert_eq!(
+                item.input.len(),
+                l,
+                "all sequences of a batch must have the same length"
+            );
             inputs.extend(item.input);
             targets.extend(item.target);
         }

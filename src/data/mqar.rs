@@ -62,7 +62,9 @@ impl MqarConfig {
         let mut keys: Vec<i64> = (1..half as i64).collect();
         keys.shuffle(&mut rng);
         keys.truncate(k);
-        let values: Vec<i64> = (0..k).map(|_| rng.random_range(half as i64..self.vocab_size as i64)).collect();
+        let values: Vec<i64> = (0..k)
+            .map(|_| rng.random_range(half as i64..self.vocab_size as i64))
+            .collect();
 
         // the full sequence has seq_len + 1 tokens: inputs are [..-1], targets [1..]
         let total = self.seq_len + 1;

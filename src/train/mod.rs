@@ -11,9 +11,17 @@
 //!   the prediction at the last time step, output [`RegressionOutput`].
 
 mod optim;
+mod progress;
+mod recorder;
+mod runner;
 mod schedule;
 
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
+pub use progress::PlainProgress;
+pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
+pub use runner::{
+    checkpoint_epochs, evaluate_lm, train_lm, LmScores, LmTrainingConfig, ProgressMode,
+};
 pub use schedule::WarmupCosineLr;
 
 use burn::nn::loss::{MseLoss, Reduction};
@@ -90,7 +98,10 @@ pub fn masked_cross_entropy<B: Backend>(
     match ignore_index {
         None => nll.mean(),
         Some(ignore) => {
-            let keep = targets.reshape([b * l]).not_equal_elem(ignore as i64).float();
+            let keep = targets
+                .reshape([b * l])
+                .not_equal_elem(ignore as i64)
+                .float();
             let count = keep.clone().sum().clamp_min(1.0);
             (nll * keep).sum() * count.powf_scalar(-1.0)
         }

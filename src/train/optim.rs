@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use burn::config::Config;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
+use burn::optim::{
+    AdamW, AdamWConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer,
+};
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
@@ -35,7 +37,10 @@ pub struct Mamba2OptimizerConfig {
 
 impl Mamba2OptimizerConfig {
     /// Builds the optimizer; `guard` is told about non-finite steps.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self, guard: NonFiniteGuard) -> Mamba2Optimizer<M, B> {
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        guard: NonFiniteGuard,
+    ) -> Mamba2Optimizer<M, B> {
         let adamw = |wd: f32| {
             AdamWConfig::new()
                 .with_beta_1(self.beta_1)
@@ -153,7 +158,8 @@ struct Merge<'a, B: AutodiffBackend> {
 impl<B: AutodiffBackend> ModuleVisitor<B> for Merge<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some((g, _)) = self.multi.remove::<B::InnerBackend, D>(param.id) {
-            self.out.register(param.id, g.to_device(&param.val().device().into()));
+            self.out
+                .register(param.id, g.to_device(&param.val().device().into()));
         }
     }
 }
@@ -170,7 +176,10 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimiz
 
     fn step(&mut self, lr: LearningRate, module: M, mut grads: GradientsParams) -> M {
         self.steps += 1;
-        let mut norm = SquaredNorm::<B> { grads: &grads, sum: None };
+        let mut norm = SquaredNorm::<B> {
+            grads: &grads,
+            sum: None,
+        };
         module.visit(&mut norm);
         let Some(sum) = norm.sum else {
             return module;
@@ -208,7 +217,11 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimiz
     }
 
     fn to_record(&self) -> Self::Record {
-        (self.decay.to_record(), self.no_decay.to_record(), self.steps)
+        (
+            self.decay.to_record(),
+            self.no_decay.to_record(),
+            self.steps,
+        )
     }
 
     fn load_record(self, record: Self::Record) -> Self {
@@ -232,6 +245,8 @@ pub type MixedRecord<M, B> = (
 use burn::tensor::ElementConversion;
 
 #[allow(dead_code)]
-fn _assert_record<B: AutodiffBackend, M: AutodiffModule<B>>(r: MixedRecord<M, B>) -> impl Record<B> {
+fn _assert_record<B: AutodiffBackend, M: AutodiffModule<B>>(
+    r: MixedRecord<M, B>,
+) -> impl Record<B> {
     r
 }

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use burn::record::{FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError};
+use burn::record::{
+    FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
+};
 use burn::tensor::backend::Backend;
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -34,8 +36,9 @@ impl<B: Backend, R: FileRecorder<B>> Recorder<B> for AtomicFileRecorder<R> {
         let temporary = target.with_file_name(format!(".{name}.partial"));
         let written = target.with_file_name(format!(".{name}.{ext}"));
         self.0.save_item(item, temporary)?;
-        std::fs::rename(&written, &target)
-            .map_err(|e| RecorderError::Unknown(format!("cannot move {} into place: {e}", written.display())))
+        std::fs::rename(&written, &target).map_err(|e| {
+            RecorderError::Unknown(format!("cannot move {} into place: {e}", written.display()))
+        })
     }
 
     fn load_item<I: DeserializeOwned>(&self, file: &mut PathBuf) -> Result<I, RecorderError> {

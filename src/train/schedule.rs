@@ -36,7 +36,8 @@ impl WarmupCosineLr {
         }
         let span = self.total.saturating_sub(self.warmup).max(1) as f64;
         let progress = ((step - self.warmup) as f64 / span).min(1.0);
-        self.min_lr + 0.5 * (self.peak - self.min_lr) * (1.0 + (std::f64::consts::PI * progress).cos())
+        self.min_lr
+            + 0.5 * (self.peak - self.min_lr) * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
 

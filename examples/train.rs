@@ -1,0 +1,346 @@
+//! Trains a Mamba-2 language model with Burn's `Learner` on a generated task or a text file.
+//!
+//! ```text
+//! cargo run --release --example train                       # MQAR, 16 pairs, 128 tokens, vocab 256
+//! cargo run --release --example train -- --task copy        # selective copying
+//! cargo run --release --example train -- --task lm --text FILE   # byte-level language model
+//! ```
+//!
+//! The run leaves `config.json`, `checkpoint/`, `model/` and `metrics.csv` in its artifacts
+//! directory (default `artifacts/<task>`); `--resume` continues it from its last checkpoint.
+//! The last line on stdout is `result: task=<task> <metric>=<value> ... elapsed_s=<seconds>`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::tensor::backend::AutodiffBackend;
+use clap::{Parser, ValueEnum};
+use mamba2_burn::data::copy::{self, CopyConfig};
+use mamba2_burn::data::mqar::{self, MqarConfig};
+use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB};
+use mamba2_burn::data::{GeneratedDataset, SequenceItem};
+use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, ProgressMode};
+use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Task {
+    /// Multi-query associative recall.
+    Mqar,
+    /// Selective copying.
+    Copy,
+    /// Byte-level language modelling on --text.
+    Lm,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Train a Mamba-2 language model with Burn's Learner")]
+struct Args {
+    /// The task.
+    #[arg(long, value_enum, default_value_t = Task::Mqar)]
+    task: Task,
+    /// Text file for --task lm.
+    #[arg(long)]
+    text: Option<PathBuf>,
+    /// Width of the residual stream.
+    #[arg(long)]
+    d_model: Option<usize>,
+    /// Number of blocks.
+    #[arg(long)]
+    n_layer: Option<usize>,
+    /// SSM state size per head.
+    #[arg(long)]
+    d_state: Option<usize>,
+    /// Head dimension.
+    #[arg(long)]
+    headdim: Option<usize>,
+    /// Chunk length of the SSD.
+    #[arg(long)]
+    chunk_size: Option<usize>,
+    /// Sequence length.
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Sequences per batch.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Passes over the training set.
+    #[arg(long, conflicts_with = "steps")]
+    epochs: Option<usize>,
+    /// Total optimizer steps (rounded up to whole epochs).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Seed of the weights, the data and its order.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Artifacts directory (default artifacts/<task>).
+    #[arg(long)]
+    artifacts: Option<PathBuf>,
+    /// Continue the run in --artifacts from its last checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// cpu, or cuda (with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// MQAR: key-value pairs per sequence.
+    #[arg(long, default_value_t = 16)]
+    kv_pairs: usize,
+    /// MQAR and copy: vocabulary size.
+    #[arg(long)]
+    vocab: Option<usize>,
+    /// Copy: data tokens to copy.
+    #[arg(long, default_value_t = 16)]
+    n_data: usize,
+    /// Synthetic tasks: training sequences per epoch.
+    #[arg(long)]
+    train_size: Option<usize>,
+    /// Plain progress lines even on a terminal.
+    #[arg(long)]
+    plain: bool,
+}
+
+/// Per-task defaults: (d_model, n_layer, d_state, headdim, chunk, seq_len, batch, epochs, lr, train_size, vocab)
+struct Defaults {
+    d_model: usize,
+    n_layer: usize,
+    d_state: usize,
+    headdim: usize,
+    chunk_size: usize,
+    seq_len: usize,
+    batch_size: usize,
+    epochs: usize,
+    lr: f64,
+    train_size: usize,
+    vocab: usize,
+}
+
+fn defaults(task: Task) -> Defaults {
+    match task {
+        Task::Mqar => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 64,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 128,
+            batch_size: 32,
+            epochs: 8,
+            lr: 1e-2,
+            train_size: 8192,
+            vocab: 256,
+        },
+        Task::Copy => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 128,
+            batch_size: 32,
+            epochs: 4,
+            lr: 5e-3,
+            train_size: 4096,
+            vocab: 16,
+        },
+        Task::Lm => Defaults {
+            d_model: 128,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 32,
+            chunk_size: 64,
+            seq_len: 128,
+            batch_size: 16,
+            epochs: 1,
+            lr: 3e-3,
+            train_size: 0,
+            vocab: BYTE_VOCAB,
+        },
+    }
+}
+
+type Data = Box<dyn burn::data::dataset::Dataset<SequenceItem>>;
+
+/// Training, validation and held-out test sets, and the task's result fields.
+struct TaskData {
+    train: Data,
+    valid: Data,
+    test: Data,
+    vocab: usize,
+    ignore_index: Option<usize>,
+    describe: String,
+}
+
+fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, String> {
+    let train_size = args.train_size.unwrap_or(d.train_size);
+    let vocab = args.vocab.unwrap_or(d.vocab);
+    let (valid_size, test_size) = (1024, 2048);
+    match args.task {
+        Task::Mqar => {
+            let task = MqarConfig {
+                vocab_size: vocab,
+                seq_len,
+                kv_pairs: args.kv_pairs,
+            };
+            task.validate()?;
+            let gen = move |seed, i| task.example(seed, i);
+            Ok(TaskData {
+                train: Box::new(GeneratedDataset::new(gen, args.seed, train_size)),
+                valid: Box::new(GeneratedDataset::new(
+                    gen,
+                    args.seed.wrapping_add(1),
+                    valid_size,
+                )),
+                test: Box::new(GeneratedDataset::new(
+                    gen,
+                    args.seed.wrapping_add(2),
+                    test_size,
+                )),
+                vocab,
+                ignore_index: Some(mqar::FILLER as usize),
+                describe: format!("kv_pairs={} seq_len={seq_len} vocab={vocab}", args.kv_pairs),
+            })
+        }
+        Task::Copy => {
+            let task = CopyConfig {
+                vocab_size: vocab,
+                seq_len,
+                n_data: args.n_data,
+            };
+            task.validate()?;
+            let gen = move |seed, i| task.example(seed, i);
+            Ok(TaskData {
+                train: Box::new(GeneratedDataset::new(gen, args.seed, train_size)),
+                valid: Box::new(GeneratedDataset::new(
+                    gen,
+                    args.seed.wrapping_add(1),
+                    valid_size,
+                )),
+                test: Box::new(GeneratedDataset::new(
+                    gen,
+                    args.seed.wrapping_add(2),
+                    test_size,
+                )),
+                vocab,
+                ignore_index: Some(copy::NOISE as usize),
+                describe: format!("n_data={} seq_len={seq_len} vocab={vocab}", args.n_data),
+            })
+        }
+        Task::Lm => {
+            let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
+            let corpus = ByteCorpus::from_file(path, seq_len).map_err(|e| e.to_string())?;
+            use burn::data::dataset::InMemDataset;
+            Ok(TaskData {
+                train: Box::new(InMemDataset::new(corpus.train)),
+                test: Box::new(InMemDataset::new(corpus.valid.clone())),
+                valid: Box::new(InMemDataset::new(corpus.valid)),
+                vocab: BYTE_VOCAB,
+                ignore_index: None,
+                describe: format!("seq_len={seq_len}"),
+            })
+        }
+    }
+}
+
+fn run<B: AutodiffBackend>(
+    args: &Args,
+    device: B::Device,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let d = defaults(args.task);
+    let seq_len = args.seq_len.unwrap_or(d.seq_len);
+    let data = task_data(args, &d, seq_len)?;
+    let batch_size = args.batch_size.unwrap_or(d.batch_size);
+    let steps_per_epoch = data.train.len().div_ceil(batch_size.max(1));
+    let epochs = match (args.epochs, args.steps) {
+        (Some(e), _) => e,
+        (None, Some(s)) => s.div_ceil(steps_per_epoch.max(1)).max(1),
+        (None, None) => d.epochs,
+    };
+    let mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
+        .with_d_state(args.d_state.unwrap_or(d.d_state))
+        .with_headdim(args.headdim.unwrap_or(d.headdim))
+        .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
+    let model = Mamba2LmConfig::new(
+        Mamba2BackboneConfig::new(args.n_layer.unwrap_or(d.n_layer), mixer),
+        data.vocab,
+    )
+    .with_pad_vocab_size_multiple(8);
+    let config = LmTrainingConfig::new(model)
+        .with_lr(args.lr.unwrap_or(d.lr))
+        .with_batch_size(batch_size)
+        .with_epochs(epochs)
+        .with_seed(args.seed)
+        .with_ignore_index(data.ignore_index);
+    let task_name = format!("{:?}", args.task).to_lowercase();
+    let artifacts = args
+        .artifacts
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("artifacts").join(&task_name));
+    println!(
+        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size}; artifacts in {}",
+        data.describe,
+        data.train.len(),
+        artifacts.display()
+    );
+
+    let progress = if args.plain {
+        ProgressMode::Plain
+    } else {
+        ProgressMode::Auto
+    };
+    let TaskData {
+        train,
+        valid,
+        test,
+        ignore_index,
+        describe,
+        ..
+    } = data;
+    let model = train_lm::<B, _, _>(
+        &config,
+        train,
+        valid,
+        &artifacts,
+        args.resume,
+        progress,
+        &device,
+    )?;
+    let scores = evaluate_lm(&model, &test, 64, ignore_index, &device)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let metrics = match args.task {
+        Task::Lm => format!(
+            "loss={:.4} perplexity={:.3}",
+            scores.loss, scores.perplexity
+        ),
+        _ => format!("accuracy={:.4} loss={:.4}", scores.accuracy, scores.loss),
+    };
+    println!("result: task={task_name} {metrics} {describe} elapsed_s={elapsed:.1}");
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = match args.device.as_str() {
+        "cpu" => {
+            run::<burn::backend::Autodiff<burn::backend::NdArray<f32>>>(&args, Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            run::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(&args, Default::default())
+        }
+        other => Err(format!(
+            "unknown --device {other:?} (cpu{})",
+            if cfg!(feature = "cuda") {
+                ", cuda"
+            } else {
+                "; build with --features cuda for cuda"
+            }
+        )
+        .into()),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,372 @@
+//! A complete training run of the language model with Burn's `SupervisedTraining` + `Learner`:
+//! data loaders, metrics, atomic checkpoints, resume, progress, the non-finite guard, and the
+//! artifacts a run leaves behind.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::config::Config;
+use burn::data::dataset::Dataset;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
+use burn::train::{Learner, SupervisedTraining};
+
+use super::{
+    CheckpointRecorder, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr,
+};
+use crate::checkpoint::save_lm;
+use crate::data::loader::EpochLoader;
+use crate::data::{SequenceBatcher, SequenceItem};
+use crate::error::Mamba2Error;
+use crate::lm::{Mamba2Lm, Mamba2LmConfig};
+
+/// Configuration of a language-model training run (saved as `config.json` in its artifacts).
+#[derive(Config, Debug)]
+pub struct LmTrainingConfig {
+    /// The model.
+    pub model: Mamba2LmConfig,
+    /// The optimizer.
+    #[config(default = "Mamba2OptimizerConfig::new()")]
+    pub optimizer: Mamba2OptimizerConfig,
+    /// Peak learning rate. Default: 3e-3.
+    #[config(default = 3e-3)]
+    pub lr: f64,
+    /// Final learning rate, as a fraction of the peak. Default: 0.1.
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Warmup length, as a fraction of all steps. Default: 0.05.
+    #[config(default = 0.05)]
+    pub warmup_fraction: f64,
+    /// Sequences per batch. Default: 32.
+    #[config(default = 32)]
+    pub batch_size: usize,
+    /// Passes over the training set. Default: 10.
+    #[config(default = 10)]
+    pub epochs: usize,
+    /// Seed of the weights and the data order. Default: 42.
+    #[config(default = 42)]
+    pub seed: u64,
+    /// Target id of unscored positions (`None`: all positions are scored).
+    pub ignore_index: Option<usize>,
+}
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Burn's TUI on a terminal, plain lines otherwise.
+    Auto,
+    /// Plain lines.
+    Plain,
+}
+
+fn io_error(path: &Path, reason: impl ToString) -> Mamba2Error {
+    Mamba2Error::File {
+        file: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The epochs that have a complete checkpoint (model, optimizer and scheduler) in `dir`.
+pub fn checkpoint_epochs(dir: &Path) -> Vec<usize> {
+    let epochs_of = |prefix: &str| -> Vec<usize> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.strip_prefix(prefix)?
+                    .strip_suffix(".mpk")?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    };
+    let optim = epochs_of("optim-");
+    let scheduler = epochs_of("scheduler-");
+    let mut epochs: Vec<usize> = epochs_of("model-")
+        .into_iter()
+        .filter(|e| optim.contains(e) && scheduler.contains(e))
+        .collect();
+    epochs.sort_unstable();
+    epochs
+}
+
+/// Mean of each metric per epoch, from the logs Burn's file logger writes
+/// (`<split>/epoch-<n>/<Metric>.log`, lines of `value,count`), as CSV
+/// `epoch,split,metric,value`.
+fn metrics_csv(artifacts: &Path, epochs: usize) -> String {
+    let mut out = String::from("epoch,split,metric,value\n");
+    for epoch in 1..=epochs {
+        for split in ["train", "valid"] {
+            let dir = artifacts.join(split).join(format!("epoch-{epoch}"));
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect();
+            files.sort();
+            for file in files {
+                let Ok(text) = std::fs::read_to_string(&file) else {
+                    continue;
+                };
+                let (mut sum, mut count) = (0.0f64, 0.0f64);
+                for line in text.lines() {
+                    let mut parts = line.split(',');
+                    let value = parts.next().and_then(|v| v.trim().parse::<f64>().ok());
+                    let weight = parts
+                        .next()
+                        .and_then(|c| c.trim().parse::<f64>().ok())
+                        .unwrap_or(1.0);
+                    if let Some(v) = value {
+                        sum += v * weight;
+                        count += weight;
+                    }
+                }
+                if count > 0.0 {
+                    let name = file.file_stem().unwrap_or_default().to_string_lossy();
+                    out.push_str(&format!("{epoch},{split},{name},{}\n", sum / count));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
+/// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
+/// after each epoch, written atomically), `model/` (the final model, loadable with
+/// [`load_lm`](crate::load_lm)), `metrics.csv` (each metric's mean per epoch and split) and
+/// Burn's per-iteration logs.
+///
+/// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
+/// same data order as an uninterrupted run, so it ends with the same weights); the config must
+/// be the one the run started with.
+///
+/// A NaN or infinite loss stops the run before the bad update is applied, with
+/// [`Mamba2Error::NonFiniteLoss`] naming the step and the last good checkpoint.
+pub fn train_lm<B, D, V>(
+    config: &LmTrainingConfig,
+    train: D,
+    valid: V,
+    artifacts: &Path,
+    resume: bool,
+    progress: ProgressMode,
+    device: &B::Device,
+) -> crate::Result<Mamba2Lm<B::InnerBackend>>
+where
+    B: AutodiffBackend,
+    D: Dataset<SequenceItem> + 'static,
+    V: Dataset<SequenceItem> + 'static,
+{
+    if config.batch_size == 0 || config.epochs == 0 {
+        return Err(Mamba2Error::InvalidConfig {
+            field: "batch_size",
+            reason: format!(
+                "batch_size and epochs must be at least 1, got {} and {}",
+                config.batch_size, config.epochs
+            ),
+        });
+    }
+    if train.is_empty() || valid.is_empty() {
+        return Err(Mamba2Error::InvalidInput {
+            name: "dataset",
+            reason: format!(
+                "training and validation sets must not be empty ({} and {} items)",
+                train.len(),
+                valid.len()
+            ),
+        });
+    }
+    config.model.validate()?;
+    std::fs::create_dir_all(artifacts).map_err(|e| {
+        io_error(
+            artifacts,
+            format!("cannot create the artifacts directory: {e}"),
+        )
+    })?;
+    let config_file = artifacts.join("config.json");
+    let checkpoint_dir = artifacts.join("checkpoint");
+    let start_epoch = if resume {
+        let saved = LmTrainingConfig::load(&config_file).map_err(|e| {
+            io_error(
+                &config_file,
+                format!("cannot resume, no readable run config: {e}"),
+            )
+        })?;
+        if saved.to_string() != config.to_string() {
+            return Err(io_error(
+                &config_file,
+                "cannot resume: this run's config differs from the saved one",
+            ));
+        }
+        match checkpoint_epochs(&checkpoint_dir).last() {
+            Some(&e) => Some(e),
+            None => {
+                return Err(io_error(
+                    &checkpoint_dir,
+                    "cannot resume: no complete checkpoint",
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    config
+        .save(&config_file)
+        .map_err(|e| io_error(&config_file, format!("cannot write: {e}")))?;
+
+    B::seed(device, config.seed);
+    let model = config.model.init::<B>(device)?;
+    let batcher = SequenceBatcher {
+        ignore_index: config.ignore_index,
+    };
+    let steps_per_epoch = train.len().div_ceil(config.batch_size);
+    let total_steps = steps_per_epoch * config.epochs;
+    let dl_train = EpochLoader::new(
+        Arc::new(train),
+        Arc::new(batcher.clone()),
+        config.batch_size,
+        Some(config.seed),
+        device.clone(),
+    )
+    .start_at_epoch(start_epoch.unwrap_or(0));
+    let dl_valid = EpochLoader::<B::InnerBackend, _, _>::new(
+        Arc::new(valid),
+        Arc::new(batcher),
+        config.batch_size,
+        None,
+        device.clone(),
+    );
+    let (dl_train, dl_valid) = (Arc::new(dl_train), Arc::new(dl_valid));
+
+    let warmup = (config.warmup_fraction * total_steps as f64).round() as usize;
+    let scheduler = WarmupCosineLr::new(
+        config.lr,
+        config.lr * config.min_lr_ratio,
+        warmup,
+        total_steps,
+    );
+    let accuracy = || match config.ignore_index {
+        Some(i) => AccuracyMetric::new().with_pad_token(i),
+        None => AccuracyMetric::new(),
+    };
+    let perplexity = || match config.ignore_index {
+        Some(i) => PerplexityMetric::new().with_pad_token(i),
+        None => PerplexityMetric::new(),
+    };
+    let mut training = SupervisedTraining::new(artifacts, dl_train, dl_valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .metric_train_numeric(accuracy())
+        .metric_valid_numeric(accuracy())
+        .metric_valid_numeric(perplexity())
+        .metric_train_numeric(LearningRateMetric::new())
+        .with_file_checkpointer(CheckpointRecorder::default())
+        .num_epochs(config.epochs);
+    if progress == ProgressMode::Plain || !std::io::stdout().is_terminal() {
+        training = training.renderer(PlainProgress::new(4));
+    }
+    if let Some(epoch) = start_epoch {
+        training = training.checkpoint(epoch);
+    }
+    let guard = NonFiniteGuard::new(Some(training.interrupter()));
+    let optimizer = config.optimizer.init::<B, Mamba2Lm<B>>(guard.clone());
+    let result = training.launch(Learner::new(model, optimizer, scheduler));
+
+    if let Some(step) = guard.tripped_at() {
+        let checkpoint = checkpoint_epochs(&checkpoint_dir)
+            .into_iter()
+            .filter(|e| e * steps_per_epoch < step)
+            .next_back()
+            .map(|e| checkpoint_dir.join(format!("model-{e}.mpk")));
+        return Err(Mamba2Error::NonFiniteLoss { step, checkpoint });
+    }
+    let model = result.model;
+    save_lm(&model, &config.model, artifacts.join("model"))?;
+    let metrics_file = artifacts.join("metrics.csv");
+    std::fs::write(&metrics_file, metrics_csv(artifacts, config.epochs))
+        .map_err(|e| io_error(&metrics_file, format!("cannot write: {e}")))?;
+    Ok(model)
+}
+
+/// Held-out scores of a language model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LmScores {
+    /// Mean cross-entropy (nats) over the scored positions.
+    pub loss: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Fraction of scored positions whose most likely token is the target.
+    pub accuracy: f64,
+    /// Scored positions.
+    pub count: usize,
+}
+
+/// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
+/// scored).
+pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
+    model: &Mamba2Lm<B>,
+    dataset: &D,
+    batch_size: usize,
+    ignore_index: Option<usize>,
+    device: &B::Device,
+) -> crate::Result<LmScores> {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::tensor::activation::log_softmax;
+    let batcher = SequenceBatcher { ignore_index };
+    let (mut nll_sum, mut correct, mut count) = (0.0f64, 0i64, 0i64);
+    let n = dataset.len();
+    let mut start = 0;
+    while start < n {
+        let items: Vec<SequenceItem> = (start..(start + batch_size).min(n))
+            .filter_map(|i| dataset.get(i))
+            .collect();
+        start += batch_size;
+        let batch: super::LmBatch<B> = batcher.batch(items, device);
+        let (logits, _) = model.forward(batch.inputs, None)?;
+        let [b, l, v] = logits.dims();
+        let targets = batch.targets.reshape([b * l, 1]);
+        let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
+        let nll = log_probs
+            .clone()
+            .gather(1, targets.clone())
+            .reshape([b * l])
+            .neg();
+        let predicted = log_probs.argmax(1).reshape([b * l]);
+        let targets = targets.reshape([b * l]);
+        let keep = match ignore_index {
+            Some(i) => targets.clone().not_equal_elem(i as i64),
+            None => targets.clone().equal(targets.clone()),
+        };
+        nll_sum += (nll * keep.clone().float())
+            .sum()
+            .into_scalar()
+            .elem::<f64>();
+        correct += predicted
+            .equal(targets)
+            .int()
+            .mul(keep.clone().int())
+            .sum()
+            .into_scalar()
+            .elem::<i64>();
+        count += keep.int().sum().into_scalar().elem::<i64>();
+    }
+    if count == 0 {
+        return Err(Mamba2Error::InvalidInput {
+            name: "dataset",
+            reason: "no scored positions to evaluate".into(),
+        });
+    }
+    let loss = nll_sum / count as f64;
+    Ok(LmScores {
+        loss,
+        perplexity: loss.exp(),
+        accuracy: correct as f64 / count as f64,
+        count: count as usize,
+    })
+}
+
+use burn::tensor::ElementConversion;
