@@ -120,13 +120,13 @@ fn defaults(task: Task) -> Defaults {
         Task::Mqar => Defaults {
             d_model: 64,
             n_layer: 2,
-            d_state: 64,
+            d_state: 32,
             headdim: 16,
             chunk_size: 32,
             seq_len: 128,
             batch_size: 32,
             epochs: 8,
-            lr: 1e-2,
+            lr: 5e-3,
             train_size: 8192,
             vocab: 256,
         },
@@ -184,8 +184,23 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
             };
             task.validate()?;
             let gen = move |seed, i| task.example(seed, i);
+            // training sequences cycle through k/4, k/2 and k pairs (an easier start, as in
+            // Zoology's mixed training sets); validation and test use k pairs only
+            let pairs = [
+                (args.kv_pairs / 4).max(1),
+                (args.kv_pairs / 2).max(1),
+                args.kv_pairs,
+            ];
+            let mixed = move |seed, i: u64| {
+                let k = pairs[(i % 3) as usize];
+                MqarConfig {
+                    kv_pairs: k,
+                    ..task
+                }
+                .example(seed, i)
+            };
             Ok(TaskData {
-                train: Box::new(GeneratedDataset::new(gen, args.seed, train_size)),
+                train: Box::new(GeneratedDataset::new(mixed, args.seed, train_size)),
                 valid: Box::new(GeneratedDataset::new(
                     gen,
                     args.seed.wrapping_add(1),

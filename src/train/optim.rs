@@ -10,9 +10,8 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{
     AdamW, AdamWConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer,
 };
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::Tensor;
+use burn::tensor::{ElementConversion, Tensor};
 use burn::train::Interrupter;
 
 /// Configuration of a [`Mamba2Optimizer`].
@@ -241,12 +240,3 @@ pub type MixedRecord<M, B> = (
     <OptimizerAdaptor<AdamW, M, B> as Optimizer<M, B>>::Record,
     usize,
 );
-
-use burn::tensor::ElementConversion;
-
-#[allow(dead_code)]
-fn _assert_record<B: AutodiffBackend, M: AutodiffModule<B>>(
-    r: MixedRecord<M, B>,
-) -> impl Record<B> {
-    r
-}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use burn::config::Config;
 use burn::data::dataset::Dataset;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
 use burn::train::{Learner, SupervisedTraining};
 
@@ -368,5 +369,3 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
         count: count as usize,
     })
 }
-
-use burn::tensor::ElementConversion;
