@@ -171,10 +171,27 @@ struct TaskData {
     describe: String,
 }
 
+/// Generated training, validation and held-out test sets, from three seeds.
+fn generated<T, E>(train: T, eval: E, seed: u64, train_size: usize) -> [Data; 3]
+where
+    T: Fn(u64, u64) -> SequenceItem + Send + Sync + 'static,
+    E: Fn(u64, u64) -> SequenceItem + Send + Sync + Clone + 'static,
+{
+    let (valid_size, test_size) = (1024, 2048);
+    [
+        Box::new(GeneratedDataset::new(train, seed, train_size)),
+        Box::new(GeneratedDataset::new(
+            eval.clone(),
+            seed.wrapping_add(1),
+            valid_size,
+        )),
+        Box::new(GeneratedDataset::new(eval, seed.wrapping_add(2), test_size)),
+    ]
+}
+
 fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, String> {
     let train_size = args.train_size.unwrap_or(d.train_size);
     let vocab = args.vocab.unwrap_or(d.vocab);
-    let (valid_size, test_size) = (1024, 2048);
     match args.task {
         Task::Mqar => {
             let task = MqarConfig {
@@ -183,7 +200,6 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 kv_pairs: args.kv_pairs,
             };
             task.validate()?;
-            let gen = move |seed, i| task.example(seed, i);
             // training sequences cycle through k/4, k/2 and k pairs (an easier start, as in
             // Zoology's mixed training sets); validation and test use k pairs only
             let pairs = [
@@ -192,25 +208,15 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 args.kv_pairs,
             ];
             let mixed = move |seed, i: u64| {
-                let k = pairs[(i % 3) as usize];
-                MqarConfig {
-                    kv_pairs: k,
-                    ..task
-                }
-                .example(seed, i)
+                let kv_pairs = pairs[(i % 3) as usize];
+                MqarConfig { kv_pairs, ..task }.example(seed, i)
             };
+            let [train, valid, test] =
+                generated(mixed, move |s, i| task.example(s, i), args.seed, train_size);
             Ok(TaskData {
-                train: Box::new(GeneratedDataset::new(mixed, args.seed, train_size)),
-                valid: Box::new(GeneratedDataset::new(
-                    gen,
-                    args.seed.wrapping_add(1),
-                    valid_size,
-                )),
-                test: Box::new(GeneratedDataset::new(
-                    gen,
-                    args.seed.wrapping_add(2),
-                    test_size,
-                )),
+                train,
+                valid,
+                test,
                 vocab,
                 ignore_index: Some(mqar::FILLER as usize),
                 describe: format!("kv_pairs={} seq_len={seq_len} vocab={vocab}", args.kv_pairs),
@@ -223,19 +229,12 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 n_data: args.n_data,
             };
             task.validate()?;
-            let gen = move |seed, i| task.example(seed, i);
+            let gen = move |s, i| task.example(s, i);
+            let [train, valid, test] = generated(gen, gen, args.seed, train_size);
             Ok(TaskData {
-                train: Box::new(GeneratedDataset::new(gen, args.seed, train_size)),
-                valid: Box::new(GeneratedDataset::new(
-                    gen,
-                    args.seed.wrapping_add(1),
-                    valid_size,
-                )),
-                test: Box::new(GeneratedDataset::new(
-                    gen,
-                    args.seed.wrapping_add(2),
-                    test_size,
-                )),
+                train,
+                valid,
+                test,
                 vocab,
                 ignore_index: Some(copy::NOISE as usize),
                 describe: format!("n_data={} seq_len={seq_len} vocab={vocab}", args.n_data),

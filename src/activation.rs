@@ -36,7 +36,8 @@ pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = x.dtype();
     let x = upcast(x);
-    let one = Tensor::ones(x.shape(), (&x.device(), x.dtype()));
+    // a broadcast one-element numerator: no full-size constant tensor to build
+    let one = Tensor::<B, D>::ones([1; D], (&x.device(), x.dtype()));
     cast_to(one / (x.neg().exp() + 1.0), dtype)
 }
 

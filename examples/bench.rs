@@ -1,0 +1,263 @@
+//! Speed of the model on the chosen backend: training steps, forward passes, recurrent decode
+//! steps, and the chunked SSD against the sequential recurrence.
+//!
+//! ```text
+//! cargo run --release --example bench -- --mode train,forward,step,ssd --d-model 256 --n-layer 4 \
+//!     --d-state 64 --headdim 64 --ngroups 1 --chunk-size 64 --seq-len 256 --batch 8 --iters 5
+//! ```
+//!
+//! Each mode warms up once, times `--iters` runs and prints one JSON line with `mode`, the
+//! median seconds per run (`median_s`), the throughput (`tokens_per_s` for train and forward,
+//! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill), the
+//! peak resident memory of the process so far, the thread count, and the configuration.
+//! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
+//! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
+
+use std::time::Instant;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Tensor};
+use clap::Parser;
+use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
+use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config};
+use serde_json::json;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Benchmark Mamba-2 training, forward, decode steps and the SSD")]
+struct Args {
+    /// Modes to run, comma separated: train, forward, step, ssd.
+    #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
+    mode: Vec<String>,
+    #[arg(long, default_value_t = 256)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    n_layer: usize,
+    #[arg(long, default_value_t = 64)]
+    d_state: usize,
+    #[arg(long, default_value_t = 64)]
+    headdim: usize,
+    #[arg(long, default_value_t = 1)]
+    ngroups: usize,
+    #[arg(long, default_value_t = 64)]
+    chunk_size: usize,
+    #[arg(long, default_value_t = 256)]
+    seq_len: usize,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Timed runs per mode (after one warm-up run).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+}
+
+type Cpu = NdArray<f32>;
+
+fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    times[times.len() / 2]
+}
+
+/// Warm-up once, then the median of `iters` timed runs.
+fn timed(iters: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    median(
+        (0..iters.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn config(args: &Args) -> Mamba2BackboneConfig {
+    let mixer = Mamba2Config::new(args.d_model)
+        .with_d_state(args.d_state)
+        .with_headdim(args.headdim)
+        .with_ngroups(args.ngroups)
+        .with_chunk_size(args.chunk_size);
+    Mamba2BackboneConfig::new(args.n_layer, mixer)
+}
+
+fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
+    let mut line = json!({
+        "mode": mode,
+        "median_s": median_s,
+        "iters": args.iters,
+        "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "peak_rss_mb": peak_rss_mb(),
+        "backend": "ndarray-f32",
+        "config": {
+            "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
+            "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
+            "seq_len": args.seq_len, "batch": args.batch,
+        },
+    });
+    if let (Some(obj), Some(more)) = (line.as_object_mut(), extra.as_object()) {
+        obj.extend(more.clone());
+    }
+    println!("{line}");
+}
+
+fn bench_train<B: AutodiffBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<f64, mamba2_burn::Mamba2Error> {
+    let mut model: Mamba2Backbone<B> = config(args).init(device)?;
+    let mut optim = AdamWConfig::new().init::<B, Mamba2Backbone<B>>();
+    let x = Tensor::<B, 3>::random(
+        [args.batch, args.seq_len, args.d_model],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let mut failure = None;
+    let t = timed(args.iters, || {
+        let result = model.forward(x.clone(), None);
+        match result {
+            Ok((y, _)) => {
+                let loss = y.square().mean();
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                model = optim.step(1e-4, model.clone(), grads);
+                let _ = B::sync(device);
+            }
+            Err(e) => failure = Some(e),
+        }
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(t),
+    }
+}
+
+fn bench_forward<B: Backend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<f64, mamba2_burn::Mamba2Error> {
+    let model: Mamba2Backbone<B> = config(args).init(device)?;
+    let x = Tensor::<B, 3>::random(
+        [args.batch, args.seq_len, args.d_model],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    model.forward(x.clone(), None)?;
+    Ok(timed(args.iters, || {
+        let (y, _) = model.forward(x.clone(), None).expect("checked above");
+        let _ = y.into_data();
+    }))
+}
+
+fn bench_step<B: Backend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<f64, mamba2_burn::Mamba2Error> {
+    let model: Mamba2Backbone<B> = config(args).init(device)?;
+    let prefill = Tensor::<B, 3>::random(
+        [1, 16, args.d_model],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let (_, state) = model.forward(prefill, None)?;
+    let x = Tensor::<B, 2>::random([1, args.d_model], Distribution::Normal(0.0, 1.0), device);
+    let tokens = 64;
+    let mut state = Some(state);
+    let per_run = timed(args.iters, || {
+        let mut s = state.take().expect("state");
+        for _ in 0..tokens {
+            let (y, next) = model.step(x.clone(), s).expect("checked shapes");
+            s = next;
+            let _ = y.into_data();
+        }
+        state = Some(s);
+    });
+    Ok(per_run / tokens as f64)
+}
+
+fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
+    let h = args.d_model * 2 / args.headdim;
+    let (b, l, p, n, g) = (
+        args.batch,
+        args.seq_len,
+        args.headdim,
+        args.d_state,
+        args.ngroups,
+    );
+    let normal = Distribution::Normal(0.0, 1.0);
+    let x = Tensor::<B, 4>::random([b, l, h, p], normal, device);
+    let dt = Tensor::<B, 3>::random([b, l, h], Distribution::Uniform(0.001, 0.1), device);
+    let a = Tensor::<B, 1>::random([h], Distribution::Uniform(-16.0, -1.0), device);
+    let bm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
+    let cm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
+    let chunked = timed(args.iters, || {
+        let (y, s) = ssd_chunked(
+            x.clone(),
+            dt.clone(),
+            a.clone(),
+            bm.clone(),
+            cm.clone(),
+            args.chunk_size,
+            None,
+        );
+        let _ = (y.into_data(), s.into_data());
+    });
+    let sequential = timed(args.iters.min(3), || {
+        let (y, s) = ssd_sequential(
+            x.clone(),
+            dt.clone(),
+            a.clone(),
+            bm.clone(),
+            cm.clone(),
+            None,
+        );
+        let _ = (y.into_data(), s.into_data());
+    });
+    (chunked, sequential)
+}
+
+fn main() {
+    let args = Args::parse();
+    let device = Default::default();
+    let tokens = (args.batch * args.seq_len) as f64;
+    for mode in &args.mode {
+        let outcome = match mode.as_str() {
+            "train" => bench_train::<Autodiff<Cpu>>(&args, &device)
+                .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
+            "forward" => bench_forward::<Cpu>(&args, &device)
+                .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
+            "step" => bench_step::<Cpu>(&args, &device).map(|t| {
+                report(
+                    &args,
+                    mode,
+                    t,
+                    json!({ "us_per_token": t * 1e6, "batch": 1 }),
+                )
+            }),
+            "ssd" => {
+                let (chunked, sequential) = bench_ssd::<Cpu>(&args, &device);
+                report(
+                    &args,
+                    mode,
+                    chunked,
+                    json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
+                );
+                Ok(())
+            }
+            other => {
+                eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd)");
+                std::process::exit(2);
+            }
+        };
+        if let Err(e) = outcome {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}
