@@ -169,8 +169,9 @@ pub fn chunk_states<B: Backend>(
 /// Step 3, the inter-chunk recurrence ("A terms"): the state entering every chunk, and the
 /// final state.
 ///
-/// `S_in[0] = S_init`, `S_in[j+1] = exp(Acs_j[q-1]) · S_in[j] + states[j]`, final = `S_in[c]`,
-/// computed as one product with the decay matrix of the chunk totals.
+/// `S_in[0] = S_init`, `S_in[j+1] = exp(Acs_j[q-1]) · S_in[j] + states[j]`, final = `S_in[c]`:
+/// a scalar linear recurrence over the `c` chunks, run as a loop (as the reference kernel's
+/// state passing does), so its cost grows linearly with the sequence length.
 ///
 /// # Shapes
 /// - states: `[b, c, g, r, p, n]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
@@ -182,22 +183,16 @@ pub fn state_passing<B: Backend>(
     initial: Tensor<B, 5>,
 ) -> (Tensor<B, 6>, Tensor<B, 5>) {
     let [b, c, g, r, p, n] = states.dims();
-    // log-decays with a leading zero for the initial state: [b, g, r, c + 1]
-    let lead = Tensor::<B, 4>::zeros([b, 1, g, r], (&states.device(), chunk_decay.dtype()));
-    let logs = Tensor::cat(vec![lead, chunk_decay], 1).permute([0, 2, 3, 1]);
-    let decay = segsum_exp(logs.reshape([b * g * r, c + 1])).reshape([b, g, r, c + 1, c + 1]);
-    // [b, c + 1, g, r, p, n] -> [b, g, r, c + 1, p·n]
-    let all = Tensor::cat(vec![initial.unsqueeze_dim::<6>(1), states], 1)
-        .permute([0, 2, 3, 1, 4, 5])
-        .reshape([b, g, r, c + 1, p * n]);
-    let passed = decay.matmul(all); // [b, g, r, c + 1, p·n]
-    let entering = passed
-        .clone()
-        .narrow(3, 0, c)
-        .reshape([b, g, r, c, p, n])
-        .permute([0, 3, 1, 2, 4, 5]);
-    let last = passed.narrow(3, c, 1).reshape([b, g, r, p, n]);
-    (entering, last)
+    let decay = chunk_decay.exp(); // [b, c, g, r]
+    let mut state = initial;
+    let mut entering = Vec::with_capacity(c);
+    for j in 0..c {
+        entering.push(state.clone());
+        let decay_j = decay.clone().narrow(1, j, 1).reshape([b, g, r, 1, 1]);
+        let states_j = states.clone().narrow(1, j, 1).reshape([b, g, r, p, n]);
+        state = state * decay_j + states_j;
+    }
+    (Tensor::stack(entering, 1), state)
 }
 
 /// Step 4, state to output ("C terms"): the contribution of the state entering each chunk.
