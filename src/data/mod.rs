@@ -52,6 +52,10 @@ impl<F: Fn(u64, u64) -> SequenceItem + Send + Sync> Dataset<SequenceItem> for Ge
 }
 
 /// Stacks [`SequenceItem`]s of equal length into an [`LmBatch`].
+///
+/// Batching sequences of different lengths, or an item whose input and target lengths differ,
+/// panics with a message saying so (Burn's `Batcher` cannot return an error); the datasets of
+/// this crate always produce equal lengths.
 #[derive(Clone, Debug)]
 pub struct SequenceBatcher {
     /// Target id of unscored positions (`None`: every position is scored).
@@ -65,10 +69,11 @@ impl<B: Backend> Batcher<B, SequenceItem, LmBatch<B>> for SequenceBatcher {
         let mut inputs = Vec::with_capacity(b * l);
         let mut targets = Vec::with_capacity(b * l);
         for item in items {
-            assert_eq!(
+            assert!(
+                item.input.len() == l && item.target.len() == l,
+                "all sequences of a batch must have one length: got input {} and target {}, expected {l}",
                 item.input.len(),
-                l,
-                "all sequences of a batch must have the same length"
+                item.target.len()
             );
             inputs.extend(item.input);
             targets.extend(item.target);
