@@ -5,6 +5,7 @@ pub mod copy;
 pub mod loader;
 pub mod mqar;
 pub mod text;
+pub mod timeseries;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
