@@ -7,6 +7,7 @@ pub mod block;
 pub mod checkpoint;
 pub mod data;
 pub mod error;
+pub mod forecaster;
 pub mod lm;
 pub mod mixer;
 pub mod norm;
@@ -22,6 +23,7 @@ pub use checkpoint::{
     load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat,
 };
 pub use error::{Mamba2Error, Result};
+pub use forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 pub use lm::{Mamba2Lm, Mamba2LmConfig};
 pub use mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};

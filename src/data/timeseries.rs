@@ -380,3 +380,37 @@ impl ForecastData {
         })
     }
 }
+
+/// Stacks [`WindowItem`]s into a [`ForecastBatch`](crate::train::ForecastBatch).
+#[derive(Clone, Debug)]
+pub struct WindowBatcher {
+    /// Steps per input window.
+    pub lookback: usize,
+    /// Steps per target window.
+    pub horizon: usize,
+}
+
+impl<B: burn::tensor::backend::Backend>
+    burn::data::dataloader::batcher::Batcher<B, WindowItem, crate::train::ForecastBatch<B>>
+    for WindowBatcher
+{
+    fn batch(&self, items: Vec<WindowItem>, device: &B::Device) -> crate::train::ForecastBatch<B> {
+        use burn::tensor::{Tensor, TensorData};
+        let b = items.len();
+        let n_in = items
+            .first()
+            .map_or(0, |i| i.input.len() / self.lookback.max(1));
+        let n_out = items
+            .first()
+            .map_or(0, |i| i.target.len() / self.horizon.max(1));
+        let (mut inputs, mut targets) = (Vec::with_capacity(b * self.lookback * n_in), Vec::new());
+        for item in items {
+            inputs.extend(item.input);
+            targets.extend(item.target);
+        }
+        crate::train::ForecastBatch {
+            inputs: Tensor::from_data(TensorData::new(inputs, [b, self.lookback, n_in]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [b, self.horizon, n_out]), device),
+        }
+    }
+}

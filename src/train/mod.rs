@@ -30,6 +30,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
 
+use crate::forecaster::Mamba2Forecaster;
 use crate::lm::Mamba2Lm;
 use crate::regressor::Mamba2Regressor;
 
@@ -152,5 +153,51 @@ impl<B: Backend> InferenceStep for Mamba2Regressor<B> {
 
     fn step(&self, batch: RegressionBatch<B>) -> RegressionOutput<B> {
         self.forward_regression(&batch)
+    }
+}
+
+/// A batch of forecasting windows.
+#[derive(Clone, Debug)]
+pub struct ForecastBatch<B: Backend> {
+    /// Lookback windows `[b, lookback, n_inputs]`.
+    pub inputs: Tensor<B, 3>,
+    /// The values to forecast `[b, horizon, n_targets]`.
+    pub targets: Tensor<B, 3>,
+}
+
+impl<B: Backend> Mamba2Forecaster<B> {
+    /// The forecast and its mean squared error, flattened to `[b, horizon · n_targets]` for
+    /// Burn's regression metrics.
+    ///
+    /// # Panics
+    /// If the inputs do not have `n_inputs` variables.
+    pub fn forward_forecast(&self, batch: &ForecastBatch<B>) -> RegressionOutput<B> {
+        let y = self
+            .forward(batch.inputs.clone())
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let [b, h, c] = y.dims();
+        let output = y.reshape([b, h * c]);
+        let targets = batch.targets.clone().reshape([b, h * c]);
+        let loss = MseLoss::new().forward(output.clone(), targets.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, output, targets)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Mamba2Forecaster<B> {
+    type Input = ForecastBatch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: ForecastBatch<B>) -> TrainOutput<RegressionOutput<B>> {
+        let output = self.forward_forecast(&batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl<B: Backend> InferenceStep for Mamba2Forecaster<B> {
+    type Input = ForecastBatch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: ForecastBatch<B>) -> RegressionOutput<B> {
+        self.forward_forecast(&batch)
     }
 }
