@@ -11,7 +11,7 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::{backend::Backend, Distribution, Tensor};
+use burn::tensor::{backend::Backend, Tensor};
 
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::error::{check_shape, Mamba2Error};
@@ -64,18 +64,6 @@ pub struct Mamba2Forecaster<B: Backend> {
     channel_independent: bool,
 }
 
-fn linear<B: Backend>(d_in: usize, d_out: usize, device: &B::Device) -> Linear<B> {
-    let bound = 1.0 / (d_in as f64).sqrt();
-    Linear {
-        weight: param(Tensor::random(
-            [d_in, d_out],
-            Distribution::Uniform(-bound, bound),
-            device,
-        )),
-        bias: Some(param(Tensor::zeros([d_out], device))),
-    }
-}
-
 impl Mamba2ForecasterConfig {
     /// Builds the forecaster (linear layers `U(±1/√fan_in)`, zero biases; RevIN identity).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<Mamba2Forecaster<B>> {
@@ -107,9 +95,9 @@ impl Mamba2ForecasterConfig {
             (self.n_inputs, self.horizon * self.n_targets)
         };
         Ok(Mamba2Forecaster {
-            input: linear(d_in, d, device),
+            input: crate::linear(d_in, d, true, device),
             backbone: self.backbone.init(device)?,
-            head: linear(d, d_out, device),
+            head: crate::linear(d, d_out, true, device),
             revin: self.revin.then(|| RevIn {
                 weight: param(Tensor::ones([self.n_inputs], device)),
                 bias: param(Tensor::zeros([self.n_inputs], device)),

@@ -36,3 +36,22 @@ pub(crate) fn param<B: burn::tensor::backend::Backend, const D: usize>(
 ) -> burn::module::Param<burn::tensor::Tensor<B, D>> {
     burn::module::Param::from_tensor(value.detach())
 }
+
+/// A `Linear` initialised as PyTorch's `nn.Linear` default that state-spaces keeps: weight
+/// `U(±1/√d_in)` (stored `[d_in, d_out]`), and a zero bias when `bias` is set.
+pub(crate) fn linear<B: burn::tensor::backend::Backend>(
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    device: &B::Device,
+) -> burn::nn::Linear<B> {
+    let bound = 1.0 / (d_in as f64).sqrt();
+    burn::nn::Linear {
+        weight: param(burn::tensor::Tensor::random(
+            [d_in, d_out],
+            burn::tensor::Distribution::Uniform(-bound, bound),
+            device,
+        )),
+        bias: bias.then(|| param(burn::tensor::Tensor::zeros([d_out], device))),
+    }
+}

@@ -65,17 +65,7 @@ impl Mamba2LmConfig {
                 device,
             )),
         };
-        let lm_head = (!self.tie_embeddings).then(|| {
-            let bound = 1.0 / (d as f64).sqrt();
-            Linear {
-                weight: crate::param(Tensor::random(
-                    [d, v],
-                    Distribution::Uniform(-bound, bound),
-                    device,
-                )),
-                bias: None,
-            }
-        });
+        let lm_head = (!self.tie_embeddings).then(|| crate::linear(d, v, false, device));
         Ok(Mamba2Lm {
             embedding,
             backbone: self.backbone.init(device)?,

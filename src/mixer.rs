@@ -234,14 +234,7 @@ impl Mamba2Config {
                 device,
             )
         };
-        let linear = |d_in: usize, d_out: usize| Linear {
-            weight: crate::param(
-                uniform(vec![d_in, d_out], 1.0 / (d_in as f64).sqrt()).reshape([d_in, d_out]),
-            ),
-            bias: self
-                .bias
-                .then(|| crate::param(Tensor::zeros([d_out], device))),
-        };
+        let linear = |d_in: usize, d_out: usize| crate::linear(d_in, d_out, self.bias, device);
 
         let conv_dim = self.conv_dim();
         let conv_bound = 1.0 / (self.d_conv as f64).sqrt();

@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::{backend::Backend, Distribution, Tensor};
+use burn::tensor::{backend::Backend, Tensor};
 
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::error::{check_shape, Mamba2Error};
@@ -34,17 +34,7 @@ impl Mamba2RegressorConfig {
                 });
             }
         }
-        let linear = |d_in: usize, d_out: usize| {
-            let bound = 1.0 / (d_in as f64).sqrt();
-            Linear {
-                weight: crate::param(Tensor::random(
-                    [d_in, d_out],
-                    Distribution::Uniform(-bound, bound),
-                    device,
-                )),
-                bias: Some(crate::param(Tensor::zeros([d_out], device))),
-            }
-        };
+        let linear = |d_in: usize, d_out: usize| crate::linear(d_in, d_out, true, device);
         let d_model = self.backbone.mixer.d_model;
         Ok(Mamba2Regressor {
             input: linear(self.n_features, d_model),
