@@ -8,18 +8,24 @@
 //!
 //! Each mode warms up once, times `--iters` runs and prints one JSON line with `mode`, the
 //! median seconds per run (`median_s`), the throughput (`tokens_per_s` for train and forward,
-//! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill), the
+//! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill, on the
+//! dedicated CPU path `cpu::CpuBackbone`, with the tensor `step` beside it as
+//! `tensor_step_us_per_token`), the
 //! peak resident memory of the process so far, the thread count, and the configuration.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
 
 use std::time::Instant;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use burn::backend::{Autodiff, NdArray};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
+use mamba2_burn::cpu::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
 use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config};
 use serde_json::json;
@@ -155,10 +161,12 @@ fn bench_forward<B: Backend>(
     }))
 }
 
+/// Seconds per token of the tensor `step` and of the dedicated CPU step (`cpu::CpuBackbone`),
+/// both batch 1 after the same 16-token chunked prefill.
 fn bench_step<B: Backend>(
     args: &Args,
     device: &B::Device,
-) -> Result<f64, mamba2_burn::Mamba2Error> {
+) -> Result<(f64, f64), mamba2_burn::Mamba2Error> {
     let model: Mamba2Backbone<B> = config(args).init(device)?;
     let prefill = Tensor::<B, 3>::random(
         [1, 16, args.d_model],
@@ -168,6 +176,24 @@ fn bench_step<B: Backend>(
     let (_, state) = model.forward(prefill, None)?;
     let x = Tensor::<B, 2>::random([1, args.d_model], Distribution::Normal(0.0, 1.0), device);
     let tokens = 64;
+
+    let cpu = CpuBackbone::from_backbone(&model);
+    let mut cpu_state = cpu.state_from(&model, &state, 0)?;
+    let x_host: Vec<f32> = x
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("f32");
+    let mut y_host = vec![0.0f32; args.d_model];
+    let cpu_tokens = 1024;
+    let cpu_run = timed(args.iters, || {
+        for _ in 0..cpu_tokens {
+            cpu.step(&x_host, &mut cpu_state, &mut y_host)
+                .expect("checked shapes");
+        }
+    });
+
     let mut state = Some(state);
     let per_run = timed(args.iters, || {
         let mut s = state.take().expect("state");
@@ -178,7 +204,7 @@ fn bench_step<B: Backend>(
         }
         state = Some(s);
     });
-    Ok(per_run / tokens as f64)
+    Ok((per_run / tokens as f64, cpu_run / cpu_tokens as f64))
 }
 
 fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
@@ -232,12 +258,16 @@ fn main() {
                 .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
             "forward" => bench_forward::<Cpu>(&args, &device)
                 .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
-            "step" => bench_step::<Cpu>(&args, &device).map(|t| {
+            "step" => bench_step::<Cpu>(&args, &device).map(|(tensor, cpu)| {
                 report(
                     &args,
                     mode,
-                    t,
-                    json!({ "us_per_token": t * 1e6, "batch": 1 }),
+                    cpu,
+                    json!({
+                        "us_per_token": cpu * 1e6,
+                        "tensor_step_us_per_token": tensor * 1e6,
+                        "batch": 1,
+                    }),
                 )
             }),
             "ssd" => {

@@ -13,6 +13,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 use mamba2_burn::data::copy::{self, CopyConfig};

@@ -5,6 +5,7 @@ pub mod activation;
 pub mod backbone;
 pub mod block;
 pub mod checkpoint;
+pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod forecaster;

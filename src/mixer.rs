@@ -319,15 +319,15 @@ pub struct Mamba2<B: Backend> {
     pub norm: Option<RmsNormGated<B>>,
     /// `d_inner → d_model`.
     pub out_proj: Linear<B>,
-    d_model: usize,
-    d_inner: usize,
-    d_state: usize,
-    d_conv: usize,
-    headdim: usize,
-    nheads: usize,
-    ngroups: usize,
-    chunk_size: usize,
-    dt_limit: (f64, f64),
+    pub(crate) d_model: usize,
+    pub(crate) d_inner: usize,
+    pub(crate) d_state: usize,
+    pub(crate) d_conv: usize,
+    pub(crate) headdim: usize,
+    pub(crate) nheads: usize,
+    pub(crate) ngroups: usize,
+    pub(crate) chunk_size: usize,
+    pub(crate) dt_limit: (f64, f64),
 }
 
 /// The pieces of the in_proj output, before the convolution.

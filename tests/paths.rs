@@ -356,3 +356,60 @@ fn regressor_steps_equal_forward() {
     }
     assert_close("regressor steps", Tensor::stack(ys, 1), y);
 }
+
+/// The dedicated CPU step (`cpu::CpuBackbone`) equals the chunked forward token by token,
+/// from the zero state and after a chunked prefill, on every mixer config (2 layers each).
+#[test]
+fn cpu_step_equals_forward() {
+    use mamba2_burn::cpu::CpuBackbone;
+    B::seed(&dev(), 11);
+    let mut worst: f64 = 0.0;
+    for (k, config) in mixer_configs().into_iter().enumerate() {
+        let backbone = Mamba2BackboneConfig::new(2, config.clone())
+            .init::<B>(&dev())
+            .unwrap();
+        let cpu = CpuBackbone::from_backbone(&backbone);
+        let (b, l, d) = (2, 19, config.d_model);
+        let x = randn([b, l, d]);
+        let (y_full, _) = backbone.forward(x.clone(), None).unwrap();
+        let prefill = config.chunk_size.min(l - 2) + 1;
+        let (_, s_pre) = backbone
+            .forward(x.clone().narrow(1, 0, prefill), None)
+            .unwrap();
+        for i in 0..b {
+            let xs: Vec<f32> = x.clone().narrow(0, i, 1).into_data().to_vec().unwrap();
+            let expected = y_full.clone().narrow(0, i, 1);
+            for start in [0, prefill] {
+                let mut state = if start == 0 {
+                    cpu.zero_state()
+                } else {
+                    cpu.state_from(&backbone, &s_pre, i).unwrap()
+                };
+                let mut ys = vec![0.0f32; (l - start) * d];
+                for t in start..l {
+                    cpu.step(
+                        &xs[t * d..(t + 1) * d],
+                        &mut state,
+                        &mut ys[(t - start) * d..(t - start + 1) * d],
+                    )
+                    .unwrap();
+                }
+                let got = Tensor::<B, 3>::from_data(
+                    burn::tensor::TensorData::new(ys, [1, l - start, d]),
+                    &dev(),
+                );
+                worst = worst.max(assert_close(
+                    &format!("config {k}, sequence {i}: cpu steps from {start}"),
+                    got,
+                    expected.clone().narrow(1, start, l - start),
+                ));
+            }
+        }
+        // wrong sizes are errors, not panics
+        let mut state = cpu.zero_state();
+        let mut out = vec![0.0f32; d];
+        assert!(cpu.step(&vec![0.0; d + 1], &mut state, &mut out).is_err());
+        assert!(cpu.state_from(&backbone, &s_pre, b).is_err());
+    }
+    eprintln!("cpu step: worst relative error {worst:.2e}");
+}
