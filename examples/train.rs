@@ -4,6 +4,7 @@
 //! cargo run --release --example train                       # MQAR, 16 pairs, 128 tokens, vocab 256
 //! cargo run --release --example train -- --task copy        # selective copying
 //! cargo run --release --example train -- --task lm --text FILE   # byte-level language model
+//! cargo run --release --example train -- --task forecast --csv ETTh1.csv --lookback 96 --horizon 96
 //! ```
 //!
 //! The run leaves `config.json`, `checkpoint/`, `model/` and `metrics.csv` in its artifacts
@@ -16,14 +17,19 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use burn::data::dataset::Dataset;
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
 use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB};
+use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
-use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, ProgressMode};
-use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
+use mamba2_burn::train::{
+    evaluate_forecaster, evaluate_lm, train_forecaster, train_lm, ForecastTrainingConfig,
+    LmTrainingConfig, ProgressMode,
+};
+use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2ForecasterConfig, Mamba2LmConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Task {
@@ -33,6 +39,8 @@ enum Task {
     Copy,
     /// Byte-level language modelling on --text.
     Lm,
+    /// Time-series forecasting on --csv (standardised, split by time).
+    Forecast,
 }
 
 #[derive(Parser, Debug)]
@@ -98,6 +106,24 @@ struct Args {
     /// Synthetic tasks: training sequences per epoch.
     #[arg(long)]
     train_size: Option<usize>,
+    /// Forecast: the CSV file (a timestamp column, then numeric columns).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Forecast: columns used as inputs and forecast (comma separated; default all numeric).
+    #[arg(long, value_delimiter = ',')]
+    columns: Vec<String>,
+    /// Forecast: steps of history per window.
+    #[arg(long, default_value_t = 96)]
+    lookback: usize,
+    /// Forecast: steps forecast.
+    #[arg(long, default_value_t = 96)]
+    horizon: usize,
+    /// Forecast: all variables in one sequence instead of one sequence per variable.
+    #[arg(long)]
+    channel_mixing: bool,
+    /// Forecast: no reversible instance normalisation.
+    #[arg(long)]
+    no_revin: bool,
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     plain: bool,
@@ -146,6 +172,19 @@ fn defaults(task: Task) -> Defaults {
             train_size: 4096,
             vocab: 16,
         },
+        Task::Forecast => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 0,
+            batch_size: 32,
+            epochs: 3,
+            lr: 1e-3,
+            train_size: 0,
+            vocab: 0,
+        },
         Task::Lm => Defaults {
             d_model: 128,
             n_layer: 2,
@@ -162,7 +201,7 @@ fn defaults(task: Task) -> Defaults {
     }
 }
 
-type Data = Box<dyn burn::data::dataset::Dataset<SequenceItem>>;
+type Data = Box<dyn Dataset<SequenceItem>>;
 
 /// Training, validation and held-out test sets, and the task's result fields.
 struct TaskData {
@@ -243,6 +282,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 describe: format!("n_data={} seq_len={seq_len} vocab={vocab}", args.n_data),
             })
         }
+        Task::Forecast => unreachable!("forecasting runs in run_forecast"),
         Task::Lm => {
             let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
             let corpus = ByteCorpus::from_file(path, seq_len).map_err(|e| e.to_string())?;
@@ -259,30 +299,123 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
     }
 }
 
+fn artifacts_dir(args: &Args, task_name: &str) -> PathBuf {
+    args.artifacts
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("artifacts").join(task_name))
+}
+
+fn progress_mode(args: &Args) -> ProgressMode {
+    if args.plain {
+        ProgressMode::Plain
+    } else {
+        ProgressMode::Auto
+    }
+}
+
+/// The backbone of the flags, over the task's defaults.
+fn backbone_config(args: &Args, d: &Defaults) -> Mamba2BackboneConfig {
+    let mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
+        .with_d_state(args.d_state.unwrap_or(d.d_state))
+        .with_headdim(args.headdim.unwrap_or(d.headdim))
+        .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
+    Mamba2BackboneConfig::new(args.n_layer.unwrap_or(d.n_layer), mixer)
+}
+
+fn epochs_for(args: &Args, d: &Defaults, steps_per_epoch: usize) -> usize {
+    match (args.epochs, args.steps) {
+        (Some(e), _) => e,
+        (None, Some(s)) => s.div_ceil(steps_per_epoch.max(1)).max(1),
+        (None, None) => d.epochs,
+    }
+}
+
+fn run_forecast<B: AutodiffBackend>(
+    args: &Args,
+    device: B::Device,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let d = defaults(Task::Forecast);
+    let path = args
+        .csv
+        .as_ref()
+        .ok_or("--task forecast needs --csv FILE")?;
+    let series = TimeSeries::from_csv(path)?;
+    let data = ForecastData::new(
+        &series,
+        path,
+        &args.columns,
+        &args.columns,
+        args.lookback,
+        args.horizon,
+        Split::for_file(path),
+    )?;
+    let n_vars = data.train.n_inputs();
+    let batch_size = args.batch_size.unwrap_or(d.batch_size);
+    let epochs = epochs_for(args, &d, data.train.len().div_ceil(batch_size.max(1)));
+    let model =
+        Mamba2ForecasterConfig::new(n_vars, n_vars, args.horizon, backbone_config(args, &d))
+            .with_revin(!args.no_revin)
+            .with_channel_independent(!args.channel_mixing);
+    let config = ForecastTrainingConfig::new(model, args.lookback)
+        .with_lr(args.lr.unwrap_or(d.lr))
+        .with_batch_size(batch_size)
+        .with_epochs(epochs)
+        .with_seed(args.seed);
+    let artifacts = artifacts_dir(args, "forecast");
+    println!(
+        "task forecast ({}: {n_vars} variables, lookback {}, horizon {}); {} / {} / {} windows, {epochs} epochs, batch {batch_size}; artifacts in {}",
+        path.display(),
+        args.lookback,
+        args.horizon,
+        data.train.len(),
+        data.valid.len(),
+        data.test.len(),
+        artifacts.display()
+    );
+    let ForecastData {
+        train, valid, test, ..
+    } = data;
+    let model = train_forecaster::<B, _, _>(
+        &config,
+        train,
+        valid.clone(),
+        &artifacts,
+        args.resume,
+        progress_mode(args),
+        &device,
+    )?;
+    let val = evaluate_forecaster(&model, &valid, args.lookback, 256, &device)?;
+    let test = evaluate_forecaster(&model, &test, args.lookback, 256, &device)?;
+    println!(
+        "result: task=forecast val_mse={:.4} val_mae={:.4} test_mse={:.4} test_mae={:.4} lookback={} horizon={} elapsed_s={:.1}",
+        val.mse,
+        val.mae,
+        test.mse,
+        test.mae,
+        args.lookback,
+        args.horizon,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn run<B: AutodiffBackend>(
     args: &Args,
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    if args.task == Task::Forecast {
+        return run_forecast::<B>(args, device);
+    }
     let start = Instant::now();
     let d = defaults(args.task);
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let steps_per_epoch = data.train.len().div_ceil(batch_size.max(1));
-    let epochs = match (args.epochs, args.steps) {
-        (Some(e), _) => e,
-        (None, Some(s)) => s.div_ceil(steps_per_epoch.max(1)).max(1),
-        (None, None) => d.epochs,
-    };
-    let mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
-        .with_d_state(args.d_state.unwrap_or(d.d_state))
-        .with_headdim(args.headdim.unwrap_or(d.headdim))
-        .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
-    let model = Mamba2LmConfig::new(
-        Mamba2BackboneConfig::new(args.n_layer.unwrap_or(d.n_layer), mixer),
-        data.vocab,
-    )
-    .with_pad_vocab_size_multiple(8);
+    let epochs = epochs_for(args, &d, steps_per_epoch);
+    let model =
+        Mamba2LmConfig::new(backbone_config(args, &d), data.vocab).with_pad_vocab_size_multiple(8);
     let config = LmTrainingConfig::new(model)
         .with_lr(args.lr.unwrap_or(d.lr))
         .with_batch_size(batch_size)
@@ -290,10 +423,7 @@ fn run<B: AutodiffBackend>(
         .with_seed(args.seed)
         .with_ignore_index(data.ignore_index);
     let task_name = format!("{:?}", args.task).to_lowercase();
-    let artifacts = args
-        .artifacts
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("artifacts").join(&task_name));
+    let artifacts = artifacts_dir(args, &task_name);
     println!(
         "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size}; artifacts in {}",
         data.describe,
@@ -301,11 +431,7 @@ fn run<B: AutodiffBackend>(
         artifacts.display()
     );
 
-    let progress = if args.plain {
-        ProgressMode::Plain
-    } else {
-        ProgressMode::Auto
-    };
+    let progress = progress_mode(args);
     let TaskData {
         train,
         valid,

@@ -174,4 +174,19 @@ impl<B: Backend> Mamba2Forecaster<B> {
     pub fn horizon(&self) -> usize {
         self.horizon
     }
+
+    /// Variables per input step.
+    pub fn n_inputs(&self) -> usize {
+        self.n_inputs
+    }
+
+    /// Variables forecast per step.
+    pub fn n_targets(&self) -> usize {
+        self.n_targets
+    }
+
+    /// Whether each variable is its own sequence.
+    pub fn channel_independent(&self) -> bool {
+        self.channel_independent
+    }
 }

@@ -16,6 +16,7 @@ pub mod regressor;
 pub mod sampling;
 pub mod ssd;
 pub mod state;
+pub mod streaming;
 pub mod train;
 
 pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
@@ -29,6 +30,7 @@ pub use lm::{Mamba2Lm, Mamba2LmConfig};
 pub use mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};
 pub use state::{BackboneState, Mamba2State};
+pub use streaming::StreamingForecaster;
 
 /// A trainable parameter from an initial value, which may be computed (it is detached first,
 /// so that it becomes a leaf of the autodiff graph).

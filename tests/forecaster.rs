@@ -129,3 +129,75 @@ fn training_steps_lower_the_forecast_error_on_a_csv_series() {
         "test MSE did not fall: {before} -> {after}"
     );
 }
+
+/// After every observation, the streaming forecast equals the batch forward over the whole
+/// history so far (relative tolerance 1e-5 of the forecast's magnitude), in both channel
+/// modes; RevIN models and malformed observations are refused.
+#[test]
+fn streaming_forecaster_equals_batch_forward_at_every_step() {
+    use mamba2_burn::StreamingForecaster;
+    let dev = Default::default();
+    B::seed(&dev, 5);
+    let mut worst: f64 = 0.0;
+    for (ci, n_out) in [(true, 3), (false, 2)] {
+        let model: Mamba2Forecaster<B> = config(3, n_out, false, ci).init(&dev).unwrap();
+        let mut stream = StreamingForecaster::new(&model).unwrap();
+        let t_len = 21; // beyond two chunks of 8
+        let x = Tensor::<B, 3>::random([1, t_len, 3], Distribution::Normal(0.0, 1.0), &dev);
+        let rows: Vec<f32> = x.clone().into_data().to_vec().unwrap();
+        for t in 0..t_len {
+            let got = stream.push(&rows[t * 3..(t + 1) * 3]).unwrap().to_vec();
+            let expected: Vec<f32> = model
+                .forward(x.clone().narrow(1, 0, t + 1))
+                .unwrap()
+                .into_data()
+                .to_vec()
+                .unwrap();
+            assert_eq!(got.len(), expected.len());
+            let scale = expected.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64;
+            let err = got
+                .iter()
+                .zip(&expected)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) as f64;
+            let rel = err / scale.max(1e-30);
+            assert!(
+                rel <= 1e-5,
+                "channel_independent={ci}, step {t}: relative error {rel:.2e}"
+            );
+            worst = worst.max(rel);
+        }
+        assert_eq!(stream.observations(), t_len);
+        assert!(matches!(
+            stream.push(&[0.0; 4]),
+            Err(Mamba2Error::Shape {
+                name: "observation",
+                ..
+            })
+        ));
+        assert!(matches!(
+            stream.push(&[0.0, f32::NAN, 0.0]),
+            Err(Mamba2Error::InvalidInput {
+                name: "observation",
+                ..
+            })
+        ));
+        // a reset starts a new history
+        stream.reset();
+        let first = stream.push(&rows[0..3]).unwrap().to_vec();
+        let expected: Vec<f32> = model
+            .forward(x.clone().narrow(1, 0, 1))
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        for (a, b) in first.iter().zip(&expected) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0));
+        }
+    }
+    let with_revin: Mamba2Forecaster<B> = config(3, 3, true, true).init(&dev).unwrap();
+    assert!(matches!(
+        StreamingForecaster::new(&with_revin),
+        Err(Mamba2Error::InvalidConfig { field: "revin", .. })
+    ));
+    eprintln!("streaming forecaster: worst relative error {worst:.2e}");
+}

@@ -8,14 +8,24 @@
 //!   target is `ignore_index` are not scored), output [`SequenceOutput`] for Burn's loss,
 //!   accuracy and perplexity metrics;
 //! - [`Mamba2Regressor`](crate::Mamba2Regressor) on a [`RegressionBatch`]: mean squared error of
-//!   the prediction at the last time step, output [`RegressionOutput`].
+//!   the prediction at the last time step, output [`RegressionOutput`];
+//! - [`Mamba2Forecaster`](crate::Mamba2Forecaster) on a [`ForecastBatch`]: mean squared error
+//!   of the forecast horizon, output [`RegressionOutput`].
+//!
+//! [`train_lm`] and [`train_forecaster`] run a whole training with checkpoints, resume and
+//! artifacts.
 
+mod forecast;
 mod optim;
 mod progress;
 mod recorder;
 mod runner;
 mod schedule;
 
+pub use forecast::{
+    evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster, ForecastScores,
+    ForecastTrainingConfig,
+};
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
 pub use progress::PlainProgress;
 pub use recorder::{AtomicFileRecorder, CheckpointRecorder};

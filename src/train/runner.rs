@@ -136,52 +136,33 @@ fn metrics_csv(artifacts: &Path, epochs: usize) -> String {
     out
 }
 
-/// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
-/// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
-/// after each epoch, written atomically), `model/` (the final model, loadable with
-/// [`load_lm`](crate::load_lm)), `metrics.csv` (each metric's mean per epoch and split) and
-/// Burn's per-iteration logs.
-///
-/// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
-/// same data order as an uninterrupted run, so it ends with the same weights); the config must
-/// be the one the run started with.
-///
-/// A NaN or infinite loss stops the run before the bad update is applied, with
-/// [`Mamba2Error::NonFiniteLoss`] naming the step and the last good checkpoint.
-pub fn train_lm<B, D, V>(
-    config: &LmTrainingConfig,
-    train: D,
-    valid: V,
+/// Checks a run's sizes, creates its artifacts directory, compares the config with the saved
+/// one on resume, and writes it: returns the epoch to resume from.
+pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
+    config: &C,
+    batch_size: usize,
+    epochs: usize,
+    sizes: (usize, usize),
     artifacts: &Path,
     resume: bool,
-    progress: ProgressMode,
-    device: &B::Device,
-) -> crate::Result<Mamba2Lm<B::InnerBackend>>
-where
-    B: AutodiffBackend,
-    D: Dataset<SequenceItem> + 'static,
-    V: Dataset<SequenceItem> + 'static,
-{
-    if config.batch_size == 0 || config.epochs == 0 {
+) -> crate::Result<Option<usize>> {
+    if batch_size == 0 || epochs == 0 {
         return Err(Mamba2Error::InvalidConfig {
             field: "batch_size",
             reason: format!(
-                "batch_size and epochs must be at least 1, got {} and {}",
-                config.batch_size, config.epochs
+                "batch_size and epochs must be at least 1, got {batch_size} and {epochs}"
             ),
         });
     }
-    if train.is_empty() || valid.is_empty() {
+    if sizes.0 == 0 || sizes.1 == 0 {
         return Err(Mamba2Error::InvalidInput {
             name: "dataset",
             reason: format!(
                 "training and validation sets must not be empty ({} and {} items)",
-                train.len(),
-                valid.len()
+                sizes.0, sizes.1
             ),
         });
     }
-    config.model.validate()?;
     std::fs::create_dir_all(artifacts).map_err(|e| {
         io_error(
             artifacts,
@@ -191,7 +172,7 @@ where
     let config_file = artifacts.join("config.json");
     let checkpoint_dir = artifacts.join("checkpoint");
     let start_epoch = if resume {
-        let saved = LmTrainingConfig::load(&config_file).map_err(|e| {
+        let saved = C::load(&config_file).map_err(|e| {
             io_error(
                 &config_file,
                 format!("cannot resume, no readable run config: {e}"),
@@ -218,36 +199,134 @@ where
     config
         .save(&config_file)
         .map_err(|e| io_error(&config_file, format!("cannot write: {e}")))?;
+    Ok(start_epoch)
+}
 
-    B::seed(device, config.seed);
-    let model = config.model.init::<B>(device)?;
-    let batcher = SequenceBatcher {
-        ignore_index: config.ignore_index,
-    };
-    let steps_per_epoch = train.len().div_ceil(config.batch_size);
-    let total_steps = steps_per_epoch * config.epochs;
+/// The training loader (shuffled per epoch from `seed`, starting at `start_epoch`) and the
+/// validation loader (in order).
+#[allow(clippy::type_complexity)]
+pub(crate) fn loaders<B, I, O, OV, D, V, T>(
+    train: D,
+    valid: V,
+    batcher: T,
+    batch_size: usize,
+    seed: u64,
+    start_epoch: Option<usize>,
+    device: &B::Device,
+) -> (
+    Arc<EpochLoader<B, I, O>>,
+    Arc<EpochLoader<B::InnerBackend, I, OV>>,
+)
+where
+    B: AutodiffBackend,
+    D: Dataset<I> + 'static,
+    V: Dataset<I> + 'static,
+    T: burn::data::dataloader::batcher::Batcher<B, I, O>
+        + burn::data::dataloader::batcher::Batcher<B::InnerBackend, I, OV>
+        + Clone
+        + 'static,
+{
     let dl_train = EpochLoader::new(
         Arc::new(train),
         Arc::new(batcher.clone()),
-        config.batch_size,
-        Some(config.seed),
+        batch_size,
+        Some(seed),
         device.clone(),
     )
     .start_at_epoch(start_epoch.unwrap_or(0));
     let dl_valid = EpochLoader::<B::InnerBackend, _, _>::new(
         Arc::new(valid),
         Arc::new(batcher),
-        config.batch_size,
+        batch_size,
         None,
         device.clone(),
     );
-    let (dl_train, dl_valid) = (Arc::new(dl_train), Arc::new(dl_valid));
+    (Arc::new(dl_train), Arc::new(dl_valid))
+}
 
-    let warmup = (config.warmup_fraction * total_steps as f64).round() as usize;
-    let scheduler = WarmupCosineLr::new(
+/// After `launch`: the non-finite error if the guard tripped (naming the last checkpoint
+/// before the bad step), else `metrics.csv`.
+pub(crate) fn finish_run(
+    guard: &NonFiniteGuard,
+    artifacts: &Path,
+    steps_per_epoch: usize,
+    epochs: usize,
+) -> crate::Result<()> {
+    let checkpoint_dir = artifacts.join("checkpoint");
+    if let Some(step) = guard.tripped_at() {
+        let checkpoint = checkpoint_epochs(&checkpoint_dir)
+            .into_iter()
+            .filter(|e| e * steps_per_epoch < step)
+            .next_back()
+            .map(|e| checkpoint_dir.join(format!("model-{e}.mpk")));
+        return Err(Mamba2Error::NonFiniteLoss { step, checkpoint });
+    }
+    let metrics_file = artifacts.join("metrics.csv");
+    std::fs::write(&metrics_file, metrics_csv(artifacts, epochs))
+        .map_err(|e| io_error(&metrics_file, format!("cannot write: {e}")))
+}
+
+/// Plain progress lines unless `progress` is `Auto` and stdout is a terminal.
+pub(crate) fn plain_progress(progress: ProgressMode) -> bool {
+    progress == ProgressMode::Plain || !std::io::stdout().is_terminal()
+}
+
+/// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
+/// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
+/// after each epoch, written atomically), `model/` (the final model, loadable with
+/// [`load_lm`](crate::load_lm)), `metrics.csv` (each metric's mean per epoch and split) and
+/// Burn's per-iteration logs.
+///
+/// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
+/// same data order as an uninterrupted run, so it ends with the same weights); the config must
+/// be the one the run started with.
+///
+/// A NaN or infinite loss stops the run before the bad update is applied, with
+/// [`Mamba2Error::NonFiniteLoss`] naming the step and the last good checkpoint.
+pub fn train_lm<B, D, V>(
+    config: &LmTrainingConfig,
+    train: D,
+    valid: V,
+    artifacts: &Path,
+    resume: bool,
+    progress: ProgressMode,
+    device: &B::Device,
+) -> crate::Result<Mamba2Lm<B::InnerBackend>>
+where
+    B: AutodiffBackend,
+    D: Dataset<SequenceItem> + 'static,
+    V: Dataset<SequenceItem> + 'static,
+{
+    config.model.validate()?;
+    let start_epoch = prepare_run(
+        config,
+        config.batch_size,
+        config.epochs,
+        (train.len(), valid.len()),
+        artifacts,
+        resume,
+    )?;
+
+    B::seed(device, config.seed);
+    let model = config.model.init::<B>(device)?;
+    let steps_per_epoch = train.len().div_ceil(config.batch_size);
+    let total_steps = steps_per_epoch * config.epochs;
+    let batcher = SequenceBatcher {
+        ignore_index: config.ignore_index,
+    };
+    let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
+        train,
+        valid,
+        batcher,
+        config.batch_size,
+        config.seed,
+        start_epoch,
+        device,
+    );
+    let scheduler = WarmupCosineLr::from_fractions(
         config.lr,
-        config.lr * config.min_lr_ratio,
-        warmup,
+        config.min_lr_ratio,
+        config.warmup_fraction,
         total_steps,
     );
     let accuracy = || match config.ignore_index {
@@ -267,7 +346,7 @@ where
         .metric_train_numeric(LearningRateMetric::new())
         .with_file_checkpointer(CheckpointRecorder::default())
         .num_epochs(config.epochs);
-    if progress == ProgressMode::Plain || !std::io::stdout().is_terminal() {
+    if plain_progress(progress) {
         training = training.renderer(PlainProgress::new(4));
     }
     if let Some(epoch) = start_epoch {
@@ -277,19 +356,9 @@ where
     let optimizer = config.optimizer.init::<B, Mamba2Lm<B>>(guard.clone());
     let result = training.launch(Learner::new(model, optimizer, scheduler));
 
-    if let Some(step) = guard.tripped_at() {
-        let checkpoint = checkpoint_epochs(&checkpoint_dir)
-            .into_iter()
-            .filter(|e| e * steps_per_epoch < step)
-            .next_back()
-            .map(|e| checkpoint_dir.join(format!("model-{e}.mpk")));
-        return Err(Mamba2Error::NonFiniteLoss { step, checkpoint });
-    }
+    finish_run(&guard, artifacts, steps_per_epoch, config.epochs)?;
     let model = result.model;
     save_lm(&model, &config.model, artifacts.join("model"))?;
-    let metrics_file = artifacts.join("metrics.csv");
-    std::fs::write(&metrics_file, metrics_csv(artifacts, config.epochs))
-        .map_err(|e| io_error(&metrics_file, format!("cannot write: {e}")))?;
     Ok(model)
 }
 

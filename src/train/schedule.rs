@@ -29,6 +29,12 @@ impl WarmupCosineLr {
         }
     }
 
+    /// `peak` after `warmup_fraction · total` steps, decaying to `min_ratio · peak` at `total`.
+    pub fn from_fractions(peak: f64, min_ratio: f64, warmup_fraction: f64, total: usize) -> Self {
+        let warmup = (warmup_fraction * total as f64).round() as usize;
+        Self::new(peak, peak * min_ratio, warmup, total)
+    }
+
     /// The learning rate of step `step` (counted from 1).
     pub fn at(&self, step: usize) -> f64 {
         if step <= self.warmup {

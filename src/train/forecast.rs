@@ -1,0 +1,213 @@
+//! A complete forecasting run with Burn's `SupervisedTraining` + `Learner`, sharing the run
+//! machinery of [`train_lm`](super::train_lm) (resume, atomic checkpoints, the non-finite
+//! guard, `metrics.csv`), and the held-out scores of a forecaster.
+
+use std::path::Path;
+
+use burn::config::Config;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ElementConversion;
+use burn::train::metric::{LearningRateMetric, LossMetric};
+use burn::train::{Learner, SupervisedTraining};
+
+use super::runner::{finish_run, loaders, plain_progress, prepare_run};
+use super::{
+    CheckpointRecorder, ForecastBatch, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress,
+    ProgressMode, WarmupCosineLr,
+};
+use crate::checkpoint::{load_module_record, save_record};
+use crate::data::timeseries::{WindowBatcher, WindowItem};
+use crate::error::Mamba2Error;
+use crate::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
+
+/// Configuration of a forecasting run (saved as `config.json` in its artifacts).
+#[derive(Config, Debug)]
+pub struct ForecastTrainingConfig {
+    /// The model.
+    pub model: Mamba2ForecasterConfig,
+    /// Steps per input window.
+    pub lookback: usize,
+    /// The optimizer.
+    #[config(default = "Mamba2OptimizerConfig::new()")]
+    pub optimizer: Mamba2OptimizerConfig,
+    /// Peak learning rate. Default: 1e-3.
+    #[config(default = 1e-3)]
+    pub lr: f64,
+    /// Final learning rate, as a fraction of the peak. Default: 0.1.
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Warmup length, as a fraction of all steps. Default: 0.05.
+    #[config(default = 0.05)]
+    pub warmup_fraction: f64,
+    /// Windows per batch. Default: 32.
+    #[config(default = 32)]
+    pub batch_size: usize,
+    /// Passes over the training windows. Default: 10.
+    #[config(default = 10)]
+    pub epochs: usize,
+    /// Seed of the weights and the data order. Default: 42.
+    #[config(default = 42)]
+    pub seed: u64,
+}
+
+/// Trains a [`Mamba2Forecaster`] on the windows of `train` with the MSE loss, validating on
+/// `valid` after every epoch, and leaves in `artifacts` what [`train_lm`](super::train_lm)
+/// leaves (`config.json`, `checkpoint/`, `metrics.csv`, Burn's logs) with the final model in
+/// `model/` (loadable with [`load_forecaster`]). `resume` and the non-finite guard work as
+/// there.
+pub fn train_forecaster<B, D, V>(
+    config: &ForecastTrainingConfig,
+    train: D,
+    valid: V,
+    artifacts: &Path,
+    resume: bool,
+    progress: ProgressMode,
+    device: &B::Device,
+) -> crate::Result<Mamba2Forecaster<B::InnerBackend>>
+where
+    B: AutodiffBackend,
+    D: Dataset<WindowItem> + 'static,
+    V: Dataset<WindowItem> + 'static,
+{
+    config.model.backbone.validate()?;
+    let start_epoch = prepare_run(
+        config,
+        config.batch_size,
+        config.epochs,
+        (train.len(), valid.len()),
+        artifacts,
+        resume,
+    )?;
+    B::seed(device, config.seed);
+    let model = config.model.init::<B>(device)?;
+    let steps_per_epoch = train.len().div_ceil(config.batch_size);
+    let batcher = WindowBatcher {
+        lookback: config.lookback,
+        horizon: config.model.horizon,
+    };
+    let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
+        train,
+        valid,
+        batcher,
+        config.batch_size,
+        config.seed,
+        start_epoch,
+        device,
+    );
+    let scheduler = WarmupCosineLr::from_fractions(
+        config.lr,
+        config.min_lr_ratio,
+        config.warmup_fraction,
+        steps_per_epoch * config.epochs,
+    );
+    let mut training = SupervisedTraining::new(artifacts, dl_train, dl_valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .metric_train_numeric(LearningRateMetric::new())
+        .with_file_checkpointer(CheckpointRecorder::default())
+        .num_epochs(config.epochs);
+    if plain_progress(progress) {
+        training = training.renderer(PlainProgress::new(4));
+    }
+    if let Some(epoch) = start_epoch {
+        training = training.checkpoint(epoch);
+    }
+    let guard = NonFiniteGuard::new(Some(training.interrupter()));
+    let optimizer = config
+        .optimizer
+        .init::<B, Mamba2Forecaster<B>>(guard.clone());
+    let result = training.launch(Learner::new(model, optimizer, scheduler));
+    finish_run(&guard, artifacts, steps_per_epoch, config.epochs)?;
+    let model = result.model;
+    save_forecaster(&model, &config.model, artifacts.join("model"))?;
+    Ok(model)
+}
+
+/// Writes `config.json` and `model.mpk` (full precision) into `dir`.
+pub fn save_forecaster<B: Backend>(
+    model: &Mamba2Forecaster<B>,
+    config: &Mamba2ForecasterConfig,
+    dir: impl AsRef<Path>,
+) -> crate::Result<()> {
+    let dir = dir.as_ref();
+    let file_error = |path: &Path, e: &dyn std::fmt::Display| Mamba2Error::File {
+        file: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, &e))?;
+    let config_file = dir.join("config.json");
+    config
+        .save(&config_file)
+        .map_err(|e| file_error(&config_file, &e))?;
+    save_record(model, dir.join("model"))
+}
+
+/// Loads a forecaster written by [`save_forecaster`] (or a run's `artifacts/model`; a run's
+/// artifacts directory itself also works).
+pub fn load_forecaster<B: Backend>(
+    dir: impl AsRef<Path>,
+    device: &B::Device,
+) -> crate::Result<(Mamba2Forecaster<B>, Mamba2ForecasterConfig)> {
+    let mut dir = dir.as_ref().to_path_buf();
+    if !dir.join("model.mpk").exists() && dir.join("model").join("model.mpk").exists() {
+        dir = dir.join("model");
+    }
+    let config_file = dir.join("config.json");
+    let config = Mamba2ForecasterConfig::load(&config_file).map_err(|e| Mamba2Error::File {
+        file: config_file.clone(),
+        reason: format!("not a readable forecaster config: {e}"),
+    })?;
+    let model = config.init::<B>(device)?;
+    let model = load_module_record(model, dir.join("model"), device)?;
+    Ok((model, config))
+}
+
+/// Held-out scores of a forecaster, on the (standardised) scale of its data.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForecastScores {
+    /// Mean squared error over every window, step and target.
+    pub mse: f64,
+    /// Mean absolute error over every window, step and target.
+    pub mae: f64,
+    /// Windows scored.
+    pub windows: usize,
+}
+
+/// Scores `model` on every window of `dataset`.
+pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
+    model: &Mamba2Forecaster<B>,
+    dataset: &D,
+    lookback: usize,
+    batch_size: usize,
+    device: &B::Device,
+) -> crate::Result<ForecastScores> {
+    let batcher = WindowBatcher {
+        lookback,
+        horizon: model.horizon(),
+    };
+    let (mut se, mut ae, mut count) = (0.0f64, 0.0f64, 0usize);
+    let n = dataset.len();
+    if n == 0 {
+        return Err(Mamba2Error::InvalidInput {
+            name: "dataset",
+            reason: "no windows to evaluate".into(),
+        });
+    }
+    for start in (0..n).step_by(batch_size.max(1)) {
+        let items: Vec<WindowItem> = (start..(start + batch_size).min(n))
+            .filter_map(|i| dataset.get(i))
+            .collect();
+        let batch: ForecastBatch<B> = batcher.batch(items, device);
+        let error = model.forward(batch.inputs)? - batch.targets;
+        count += error.shape().num_elements();
+        se += error.clone().square().sum().into_scalar().elem::<f64>();
+        ae += error.abs().sum().into_scalar().elem::<f64>();
+    }
+    Ok(ForecastScores {
+        mse: se / count as f64,
+        mae: ae / count as f64,
+        windows: n,
+    })
+}
