@@ -72,9 +72,8 @@ fn revin_makes_forecasts_follow_shift_and_scale() {
     assert!(err / scale < 1e-3, "relative error {}", err / scale);
 }
 
-#[test]
-fn training_steps_lower_the_forecast_error_on_a_csv_series() {
-    // two noisy sinusoids, 600 hourly rows
+/// Two noisy sinusoids, 600 rows.
+fn sines_csv() -> String {
     let mut csv = String::from("date,a,b\n");
     for t in 0..600 {
         let t = t as f32;
@@ -84,7 +83,12 @@ fn training_steps_lower_the_forecast_error_on_a_csv_series() {
             (t * 0.11).cos()
         ));
     }
-    let series = TimeSeries::from_reader(csv.as_bytes(), Path::new("sines.csv")).unwrap();
+    csv
+}
+
+#[test]
+fn training_steps_lower_the_forecast_error_on_a_csv_series() {
+    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
     let data = ForecastData::new(
         &series,
         Path::new("sines.csv"),
@@ -200,4 +204,69 @@ fn streaming_forecaster_equals_batch_forward_at_every_step() {
         Err(Mamba2Error::InvalidConfig { field: "revin", .. })
     ));
     eprintln!("streaming forecaster: worst relative error {worst:.2e}");
+}
+
+/// A whole `train_forecaster` run with the Learner: artifacts on disk, a test MSE below the
+/// untrained model's, and the saved model reloads to the same forecasts.
+#[test]
+fn forecasting_run_writes_artifacts_and_reloads() {
+    use mamba2_burn::train::{
+        evaluate_forecaster, load_forecaster, train_forecaster, ForecastTrainingConfig,
+        ProgressMode,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("sines.csv");
+    std::fs::write(&csv_path, sines_csv()).unwrap();
+    let series = TimeSeries::from_csv(&csv_path).unwrap();
+    let split = Split::Fractions {
+        train: 0.7,
+        test: 0.2,
+    };
+    let data = ForecastData::new(&series, &csv_path, &[], &[], 32, 6, split).unwrap();
+    let dev = Default::default();
+    let run = ForecastTrainingConfig::new(config(2, 2, true, true), 32)
+        .with_lr(3e-3)
+        .with_batch_size(16)
+        .with_epochs(2);
+    let untrained: Mamba2Forecaster<B> = {
+        B::seed(&dev, run.seed);
+        run.model.init(&dev).unwrap()
+    };
+    let before = evaluate_forecaster(&untrained, &data.test, 32, 64, &dev).unwrap();
+    let artifacts = dir.path().join("run");
+    let model = train_forecaster::<A, _, _>(
+        &run,
+        data.train.clone(),
+        data.valid.clone(),
+        &artifacts,
+        false,
+        ProgressMode::Plain,
+        &dev,
+    )
+    .unwrap();
+    let after = evaluate_forecaster(&model, &data.test, 32, 64, &dev).unwrap();
+    eprintln!(
+        "forecasting run: test MSE {:.4} -> {:.4}",
+        before.mse, after.mse
+    );
+    assert!(after.mse < 0.5 * before.mse, "{before:?} -> {after:?}");
+    assert_eq!(after.windows, data.test.len());
+    for file in [
+        "config.json",
+        "metrics.csv",
+        "model/config.json",
+        "model/model.mpk",
+    ] {
+        assert!(artifacts.join(file).is_file(), "missing {file}");
+    }
+    let (reloaded, _) = load_forecaster::<B>(&artifacts, &dev).unwrap();
+    let again = evaluate_forecaster(&reloaded, &data.test, 32, 64, &dev).unwrap();
+    assert!(
+        (again.mse - after.mse).abs() <= 1e-6 * after.mse,
+        "{again:?} vs {after:?}"
+    );
+    assert!(matches!(
+        load_forecaster::<B>(dir.path().join("missing"), &dev),
+        Err(Mamba2Error::File { .. })
+    ));
 }
