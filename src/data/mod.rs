@@ -3,6 +3,8 @@
 
 pub mod copy;
 pub mod loader;
+#[cfg(feature = "dbn")]
+pub mod market;
 pub mod mqar;
 pub mod text;
 pub mod timeseries;
