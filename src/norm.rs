@@ -49,7 +49,12 @@ fn rms_normalize<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tenso
     // x · (mean(x²) + eps)^(-1/2): a product rather than a quotient, because the gradient of
     // a tensor division goes through `recip`, which burn-ndarray computes with the approximate
     // SIMD reciprocal (12 to 14 bits on x86) and which then spoils every gradient upstream.
-    let inv_rms = (x.clone().square().mean_dim(D - 1) + eps).powf_scalar(-0.5);
+    //
+    // The mean is a product with a `[d, 1]` column of `1/d`: the gradient of `mean_dim` would
+    // allocate a tensor of ones of the input's full size.
+    let d = x.dims()[D - 1];
+    let mean_column = Tensor::<B, 2>::full([d, 1], 1.0 / d as f64, (&x.device(), x.dtype()));
+    let inv_rms = (x.clone().square().matmul(mean_column.unsqueeze::<D>()) + eps).powf_scalar(-0.5);
     cast_to(x * inv_rms, dtype)
 }
 

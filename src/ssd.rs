@@ -166,18 +166,76 @@ pub fn chunk_states<B: Backend>(
         .matmul(b_mat.unsqueeze_dim::<6>(3))
 }
 
+/// Up to this many chunks, [`state_passing`] uses the matrix form; beyond, the loop.
+pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 32;
+
 /// Step 3, the inter-chunk recurrence ("A terms"): the state entering every chunk, and the
 /// final state.
 ///
 /// `S_in[0] = S_init`, `S_in[j+1] = exp(Acs_j[q-1]) · S_in[j] + states[j]`, final = `S_in[c]`:
-/// a scalar linear recurrence over the `c` chunks, run as a loop (as the reference kernel's
-/// state passing does), so its cost grows linearly with the sequence length.
+/// a scalar linear recurrence over the `c` chunks. Up to
+/// [`STATE_PASSING_MATRIX_MAX_CHUNKS`] chunks it runs in the spec's matrix form (one product
+/// with the `(c+1)×(c+1)` decay matrix of the chunk boundaries, whose gradient needs no
+/// per-chunk slicing); beyond, as a loop over the chunks (as the reference kernel's state
+/// passing does), so that its cost grows linearly with the sequence length.
 ///
 /// # Shapes
 /// - states: `[b, c, g, r, p, n]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
 ///   initial: `[b, g, r, p, n]`
 /// - returns the entering states `[b, c, g, r, p, n]` and the final state `[b, g, r, p, n]`
 pub fn state_passing<B: Backend>(
+    states: Tensor<B, 6>,
+    chunk_decay: Tensor<B, 4>,
+    initial: Tensor<B, 5>,
+) -> (Tensor<B, 6>, Tensor<B, 5>) {
+    if states.dims()[1] <= STATE_PASSING_MATRIX_MAX_CHUNKS {
+        state_passing_matrix(states, chunk_decay, initial)
+    } else {
+        state_passing_loop(states, chunk_decay, initial)
+    }
+}
+
+/// [`state_passing`] as a product: `S_in' = exp(segsum([0, T_0, …, T_{c-1}])) · [S_init,
+/// states]`, with `S_in'[z]` the state entering chunk `z` and `S_in'[c]` the final state.
+///
+/// # Shapes
+/// - as [`state_passing`]
+pub fn state_passing_matrix<B: Backend>(
+    states: Tensor<B, 6>,
+    chunk_decay: Tensor<B, 4>,
+    initial: Tensor<B, 5>,
+) -> (Tensor<B, 6>, Tensor<B, 5>) {
+    let [b, c, g, r, p, n] = states.dims();
+    let m = b * g * r;
+    // log-decays of the chunk boundaries, a leading 0 for the initial state: [b·g·r, c+1]
+    let log_decay = chunk_decay.permute([0, 2, 3, 1]).reshape([m, c]);
+    let log_decay = Tensor::cat(
+        vec![
+            Tensor::zeros([m, 1], (&log_decay.device(), log_decay.dtype())),
+            log_decay,
+        ],
+        1,
+    );
+    let decay = segsum_exp(log_decay).reshape([b, g, r, c + 1, c + 1]);
+    // [S_init, states] as [b, g, r, c+1, p·n]
+    let all = Tensor::cat(vec![initial.unsqueeze_dim::<6>(1), states], 1)
+        .permute([0, 2, 3, 1, 4, 5])
+        .reshape([b, g, r, c + 1, p * n]);
+    let entering = decay
+        .clone()
+        .narrow(3, 0, c)
+        .matmul(all.clone())
+        .reshape([b, g, r, c, p, n])
+        .permute([0, 3, 1, 2, 4, 5]);
+    let final_state = decay.narrow(3, c, 1).matmul(all).reshape([b, g, r, p, n]);
+    (entering, final_state)
+}
+
+/// [`state_passing`] as a loop over the chunks.
+///
+/// # Shapes
+/// - as [`state_passing`]
+pub fn state_passing_loop<B: Backend>(
     states: Tensor<B, 6>,
     chunk_decay: Tensor<B, 4>,
     initial: Tensor<B, 5>,

@@ -413,3 +413,38 @@ fn cpu_step_equals_forward() {
     }
     eprintln!("cpu step: worst relative error {worst:.2e}");
 }
+
+/// The two forms of the inter-chunk recurrence agree, and the chunked SSD past the matrix
+/// form's chunk limit (the loop) still equals the sequential recurrence.
+#[test]
+fn state_passing_forms_agree() {
+    use mamba2_burn::ssd::{
+        state_passing_loop, state_passing_matrix, STATE_PASSING_MATRIX_MAX_CHUNKS,
+    };
+    B::seed(&dev(), 17);
+    for c in [1, 5, 40] {
+        let (b, g, r, p, n) = (2, 2, 3, 4, 5);
+        let states = randn([b, c, g, r, p, n]);
+        let decay = softplus(randn([b, c, g, r]), 1.0).neg();
+        let init = randn([b, g, r, p, n]);
+        let (e1, f1) = state_passing_matrix(states.clone(), decay.clone(), init.clone());
+        let (e2, f2) = state_passing_loop(states, decay, init);
+        assert_close(&format!("c = {c}: entering states"), e1, e2);
+        assert_close(&format!("c = {c}: final state"), f1, f2);
+    }
+    let q = 2;
+    let l = 2 * STATE_PASSING_MATRIX_MAX_CHUNKS + 3;
+    let i = ssd_inputs(1, l, 4, 3, 5, 2, true);
+    let (y1, s1) = ssd_chunked(
+        i.x.clone(),
+        i.dt.clone(),
+        i.a.clone(),
+        i.b.clone(),
+        i.c.clone(),
+        q,
+        i.init.clone(),
+    );
+    let (y2, s2) = ssd_sequential(i.x, i.dt, i.a, i.b, i.c, i.init);
+    assert_close("long chunked vs sequential: y", y1, y2);
+    assert_close("long chunked vs sequential: state", s1, s2);
+}
