@@ -5,6 +5,7 @@
 //! cargo run --release --example train -- --task copy        # selective copying
 //! cargo run --release --example train -- --task lm --text FILE   # byte-level language model
 //! cargo run --release --example train -- --task forecast --csv ETTh1.csv --lookback 96 --horizon 96
+//! cargo run --release --features dbn --example train -- --task market --dbn FILE.dbn.zst ...
 //! ```
 //!
 //! The run leaves `config.json`, `checkpoint/`, `model/` and `metrics.csv` in its artifacts
@@ -41,6 +42,8 @@ enum Task {
     Lm,
     /// Time-series forecasting on --csv (standardised, split by time).
     Forecast,
+    /// Next-interval return of DBN market data (--dbn; needs the `dbn` feature).
+    Market,
 }
 
 #[derive(Parser, Debug)]
@@ -124,6 +127,15 @@ struct Args {
     /// Forecast: no reversible instance normalisation.
     #[arg(long)]
     no_revin: bool,
+    /// Market: DBN files (MBP-1, trades or OHLCV; .dbn or .dbn.zst).
+    #[arg(long, num_args = 1..)]
+    dbn: Vec<PathBuf>,
+    /// Market: grid interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Market: instrument id (default: the one with the most grid rows).
+    #[arg(long)]
+    instrument: Option<u32>,
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     plain: bool,
@@ -172,7 +184,7 @@ fn defaults(task: Task) -> Defaults {
             train_size: 4096,
             vocab: 16,
         },
-        Task::Forecast => Defaults {
+        Task::Forecast | Task::Market => Defaults {
             d_model: 64,
             n_layer: 2,
             d_state: 32,
@@ -180,7 +192,7 @@ fn defaults(task: Task) -> Defaults {
             chunk_size: 32,
             seq_len: 0,
             batch_size: 32,
-            epochs: 3,
+            epochs: 2,
             lr: 1e-3,
             train_size: 0,
             vocab: 0,
@@ -282,7 +294,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 describe: format!("n_data={} seq_len={seq_len} vocab={vocab}", args.n_data),
             })
         }
-        Task::Forecast => unreachable!("forecasting runs in run_forecast"),
+        Task::Forecast | Task::Market => unreachable!("windowed tasks run in run_forecast"),
         Task::Lm => {
             let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
             let corpus = ByteCorpus::from_file(path, seq_len).map_err(|e| e.to_string())?;
@@ -330,12 +342,11 @@ fn epochs_for(args: &Args, d: &Defaults, steps_per_epoch: usize) -> usize {
     }
 }
 
-fn run_forecast<B: AutodiffBackend>(
-    args: &Args,
-    device: B::Device,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let start = Instant::now();
-    let d = defaults(Task::Forecast);
+/// The windows of a forecasting task and its description: a CSV series, or DBN market data.
+fn windowed_data(args: &Args) -> Result<(ForecastData, String), Box<dyn std::error::Error>> {
+    if args.task == Task::Market {
+        return market_data(args);
+    }
     let path = args
         .csv
         .as_ref()
@@ -350,51 +361,148 @@ fn run_forecast<B: AutodiffBackend>(
         args.horizon,
         Split::for_file(path),
     )?;
+    let describe = format!(
+        "{}: {} variables, lookback {}, horizon {}",
+        path.display(),
+        data.train.n_inputs(),
+        args.lookback,
+        args.horizon
+    );
+    Ok((data, describe))
+}
+
+#[cfg(feature = "dbn")]
+fn market_data(args: &Args) -> Result<(ForecastData, String), Box<dyn std::error::Error>> {
+    use mamba2_burn::data::market::{market_series, market_windows, MarketTarget};
+    let interval_ns = args.interval_ms.saturating_mul(1_000_000);
+    let all = market_series(&args.dbn, interval_ns)?;
+    let (id, series) = match args.instrument {
+        Some(id) => (
+            id,
+            all.get(&id)
+                .ok_or_else(|| format!("instrument {id} is not in the files"))?,
+        ),
+        None => all
+            .iter()
+            .max_by_key(|(_, s)| s.len())
+            .map(|(id, s)| (*id, s))
+            .ok_or("the files hold no instrument")?,
+    };
+    let seq_len = args.seq_len.unwrap_or(60);
+    let source = args
+        .dbn
+        .first()
+        .ok_or("--task market needs --dbn FILE...")?;
+    let data = market_windows(series, source, seq_len, MarketTarget::Return)?;
+    let describe = format!(
+        "instrument {id}: {} rows of {} ms, windows of {seq_len}",
+        series.len(),
+        args.interval_ms
+    );
+    Ok((data, describe))
+}
+
+#[cfg(not(feature = "dbn"))]
+fn market_data(_: &Args) -> Result<(ForecastData, String), Box<dyn std::error::Error>> {
+    Err("--task market needs the `dbn` feature: cargo run --release --features dbn --example train -- --task market --dbn FILE".into())
+}
+
+/// Share of test windows whose forecast has the sign of the next interval's actual value
+/// (on the original scale of the target).
+fn direction_accuracy<B: burn::tensor::backend::Backend>(
+    model: &mamba2_burn::Mamba2Forecaster<B>,
+    data: &ForecastData,
+    lookback: usize,
+    target: usize,
+    device: &B::Device,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    use burn::data::dataloader::batcher::Batcher;
+    let batcher = mamba2_burn::data::timeseries::WindowBatcher {
+        lookback,
+        horizon: 1,
+    };
+    let (mean, std) = (data.scaler.mean[target], data.scaler.std[target]);
+    let (mut hits, mut total) = (0usize, 0usize);
+    let n = data.test.len();
+    for start in (0..n).step_by(256) {
+        let items: Vec<_> = (start..(start + 256).min(n))
+            .filter_map(|i| data.test.get(i))
+            .collect();
+        let batch: mamba2_burn::train::ForecastBatch<B> = batcher.batch(items, device);
+        let predicted: Vec<f32> = model.forward(batch.inputs)?.into_data().to_vec()?;
+        let actual: Vec<f32> = batch.targets.into_data().to_vec()?;
+        for (p, a) in predicted.iter().zip(&actual) {
+            let (p, a) = (p * std + mean, a * std + mean);
+            if a != 0.0 {
+                total += 1;
+                hits += usize::from((p > 0.0) == (a > 0.0));
+            }
+        }
+    }
+    Ok(hits as f64 / total.max(1) as f64)
+}
+
+fn run_forecast<B: AutodiffBackend>(
+    args: &Args,
+    device: B::Device,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let d = defaults(Task::Forecast);
+    let (data, describe) = windowed_data(args)?;
+    let market = args.task == Task::Market;
+    let (lookback, horizon) = if market {
+        (args.seq_len.unwrap_or(60), 1)
+    } else {
+        (args.lookback, args.horizon)
+    };
     let n_vars = data.train.n_inputs();
+    let n_targets = data.train.n_targets();
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let epochs = epochs_for(args, &d, data.train.len().div_ceil(batch_size.max(1)));
-    let model =
-        Mamba2ForecasterConfig::new(n_vars, n_vars, args.horizon, backbone_config(args, &d))
-            .with_revin(!args.no_revin)
-            .with_channel_independent(!args.channel_mixing);
-    let config = ForecastTrainingConfig::new(model, args.lookback)
+    // market windows: five features in, one return out, so the variables mix and RevIN is off
+    let model = Mamba2ForecasterConfig::new(n_vars, n_targets, horizon, backbone_config(args, &d))
+        .with_revin(!args.no_revin && !market)
+        .with_channel_independent(!args.channel_mixing && !market);
+    let config = ForecastTrainingConfig::new(model, lookback)
         .with_lr(args.lr.unwrap_or(d.lr))
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed);
-    let artifacts = artifacts_dir(args, "forecast");
+    let task_name = if market { "market" } else { "forecast" };
+    let artifacts = artifacts_dir(args, task_name);
     println!(
-        "task forecast ({}: {n_vars} variables, lookback {}, horizon {}); {} / {} / {} windows, {epochs} epochs, batch {batch_size}; artifacts in {}",
-        path.display(),
-        args.lookback,
-        args.horizon,
+        "task {task_name} ({describe}); {} / {} / {} windows, {epochs} epochs, batch {batch_size}; artifacts in {}",
         data.train.len(),
         data.valid.len(),
         data.test.len(),
         artifacts.display()
     );
-    let ForecastData {
-        train, valid, test, ..
-    } = data;
     let model = train_forecaster::<B, _, _>(
         &config,
-        train,
-        valid.clone(),
+        data.train.clone(),
+        data.valid.clone(),
         &artifacts,
         args.resume,
         progress_mode(args),
         &device,
     )?;
-    let val = evaluate_forecaster(&model, &valid, args.lookback, 256, &device)?;
-    let test = evaluate_forecaster(&model, &test, args.lookback, 256, &device)?;
+    let val = evaluate_forecaster(&model, &data.valid, lookback, 256, &device)?;
+    let test = evaluate_forecaster(&model, &data.test, lookback, 256, &device)?;
+    let extra = if market {
+        // the target is the first column of the market series (`return`)
+        format!(
+            " direction_accuracy={:.4}",
+            direction_accuracy(&model, &data, lookback, 0, &device)?
+        )
+    } else {
+        format!(" lookback={lookback} horizon={horizon}")
+    };
     println!(
-        "result: task=forecast val_mse={:.4} val_mae={:.4} test_mse={:.4} test_mae={:.4} lookback={} horizon={} elapsed_s={:.1}",
+        "result: task={task_name} val_mse={:.4} val_mae={:.4} test_mse={:.4} test_mae={:.4}{extra} elapsed_s={:.1}",
         val.mse,
         val.mae,
         test.mse,
         test.mae,
-        args.lookback,
-        args.horizon,
         start.elapsed().as_secs_f64()
     );
     Ok(())
@@ -404,7 +512,7 @@ fn run<B: AutodiffBackend>(
     args: &Args,
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if args.task == Task::Forecast {
+    if matches!(args.task, Task::Forecast | Task::Market) {
         return run_forecast::<B>(args, device);
     }
     let start = Instant::now();
