@@ -161,13 +161,13 @@ fn defaults(task: Task) -> Defaults {
         Task::Mqar => Defaults {
             d_model: 64,
             n_layer: 2,
-            d_state: 32,
+            d_state: 64,
             headdim: 16,
             chunk_size: 32,
             seq_len: 128,
             batch_size: 32,
-            epochs: 8,
-            lr: 5e-3,
+            epochs: 10,
+            lr: 1e-2,
             train_size: 8192,
             vocab: 256,
         },
@@ -231,7 +231,7 @@ where
     T: Fn(u64, u64) -> SequenceItem + Send + Sync + 'static,
     E: Fn(u64, u64) -> SequenceItem + Send + Sync + Clone + 'static,
 {
-    let (valid_size, test_size) = (1024, 2048);
+    let (valid_size, test_size) = (512, 2048);
     [
         Box::new(GeneratedDataset::new(train, seed, train_size)),
         Box::new(GeneratedDataset::new(

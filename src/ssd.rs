@@ -167,7 +167,7 @@ pub fn chunk_states<B: Backend>(
 }
 
 /// Up to this many chunks, [`state_passing`] uses the matrix form; beyond, the loop.
-pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 32;
+pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 
 /// Step 3, the inter-chunk recurrence ("A terms"): the state entering every chunk, and the
 /// final state.
