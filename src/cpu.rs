@@ -376,13 +376,15 @@ impl CpuMixer {
                 &c_mat[gi * n..(gi + 1) * n],
                 yh,
             );
-            for (pi, (yv, xv)) in yh.iter_mut().zip(xh).enumerate() {
-                let d = if self.d.len() == h {
-                    self.d[hi]
-                } else {
-                    self.d[hi * p + pi]
-                };
-                *yv += xv * d;
+            if self.d.len() == h {
+                let d = self.d[hi];
+                for (yv, xv) in yh.iter_mut().zip(xh) {
+                    *yv += xv * d;
+                }
+            } else {
+                for ((yv, xv), d) in yh.iter_mut().zip(xh).zip(&self.d[hi * p..(hi + 1) * p]) {
+                    *yv += xv * d;
+                }
             }
         }
 
@@ -458,6 +460,18 @@ impl CpuBackbone {
         self.d_model
     }
 
+    /// Checks that a state has one entry per layer.
+    fn check_layers(&self, layers: usize) -> crate::Result<()> {
+        if layers != self.layers.len() {
+            return Err(Mamba2Error::Shape {
+                name: "state.layers",
+                expected: format!("{} layer states", self.layers.len()),
+                actual: vec![layers],
+            });
+        }
+        Ok(())
+    }
+
     /// The all-zero state of a fresh sequence.
     pub fn zero_state(&self) -> CpuState {
         CpuState {
@@ -475,13 +489,7 @@ impl CpuBackbone {
         state: &crate::BackboneState<B>,
         index: usize,
     ) -> crate::Result<CpuState> {
-        if state.layers.len() != self.layers.len() {
-            return Err(Mamba2Error::Shape {
-                name: "state.layers",
-                expected: format!("{} layer states", self.layers.len()),
-                actual: vec![state.layers.len()],
-            });
-        }
+        self.check_layers(state.layers.len())?;
         let mut out = self.zero_state();
         for (((s, (_, _, mixer)), dst), tensor_mixer) in state
             .layers
@@ -518,13 +526,7 @@ impl CpuBackbone {
                 });
             }
         }
-        if state.layers.len() != self.layers.len() {
-            return Err(Mamba2Error::Shape {
-                name: "state.layers",
-                expected: format!("{} layer states", self.layers.len()),
-                actual: vec![state.layers.len()],
-            });
-        }
+        self.check_layers(state.layers.len())?;
         // the residual stream lives in `out`
         out.copy_from_slice(x);
         let CpuState {

@@ -58,7 +58,7 @@ impl StreamingForecaster {
         } else {
             1
         };
-        let mut out = Self {
+        Ok(Self {
             input: CpuLinear::from_linear(&model.input),
             channel_independent: model.channel_independent(),
             n_inputs: model.n_inputs(),
@@ -72,9 +72,7 @@ impl StreamingForecaster {
             backbone,
             head,
             seen: 0,
-        };
-        out.reset();
-        Ok(out)
+        })
     }
 
     /// Forgets the history (back to the zero state).
