@@ -254,17 +254,23 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 kv_pairs: args.kv_pairs,
             };
             task.validate()?;
-            // training sequences cycle through k/4, k/2 and k pairs (an easier start, as in
-            // Zoology's mixed training sets); validation and test use k pairs only
-            let pairs = [
+            // training sequences cycle through k/4, k/2 and k pairs in sequences shortened in
+            // proportion (an easier start at a third of the cost, as in Zoology's mixed
+            // training sets of several lengths); validation and test use k pairs only
+            let mix = [
                 (args.kv_pairs / 4).max(1),
                 (args.kv_pairs / 2).max(1),
                 args.kv_pairs,
-            ];
-            let mixed = move |seed, i: u64| {
-                let kv_pairs = pairs[(i % 3) as usize];
-                MqarConfig { kv_pairs, ..task }.example(seed, i)
-            };
+            ]
+            .map(|kv_pairs| MqarConfig {
+                kv_pairs,
+                seq_len: (seq_len * kv_pairs)
+                    .div_ceil(args.kv_pairs)
+                    .max(4 * kv_pairs - 1)
+                    .min(seq_len),
+                ..task
+            });
+            let mixed = move |seed, i: u64| mix[(i % 3) as usize].example(seed, i);
             let [train, valid, test] =
                 generated(mixed, move |s, i| task.example(s, i), args.seed, train_size);
             Ok(TaskData {

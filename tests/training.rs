@@ -257,3 +257,65 @@ fn copy_task_loss_falls_within_a_few_hundred_steps() {
         after.loss
     );
 }
+
+#[test]
+fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
+    use burn::data::dataloader::DataLoader;
+    use mamba2_burn::data::loader::EpochLoader;
+    use mamba2_burn::data::SequenceBatcher;
+    use mamba2_burn::train::LmBatch;
+    use std::sync::Arc;
+
+    // item i has length 4, 8 or 16 (i % 3) and carries its index as its first token
+    let n = 100;
+    let item = |_: u64, i: u64| {
+        let len = [4, 8, 16][(i % 3) as usize];
+        let mut input = vec![i as i64; len];
+        input[1..].fill(-1);
+        SequenceItem {
+            input: input.clone(),
+            target: input,
+        }
+    };
+    let dataset = GeneratedDataset::new(item, 0, n);
+    let loader = EpochLoader::<Inner, _, _>::new(
+        Arc::new(dataset),
+        Arc::new(SequenceBatcher { ignore_index: None }),
+        8,
+        Some(7),
+        dev(),
+    )
+    .with_buckets(Arc::new(|s: &SequenceItem| s.input.len()));
+    // 34 + 33 + 33 items: 5 + 5 + 5 batches of at most 8
+    assert_eq!(loader.batches_per_epoch(), 15);
+
+    let epoch = |loader: &EpochLoader<Inner, SequenceItem, LmBatch<Inner>>| {
+        let mut seen = Vec::new();
+        let mut lengths = Vec::new();
+        for batch in loader.iter() {
+            let [b, l] = batch.inputs.dims();
+            let firsts: Vec<i64> = batch.inputs.narrow(1, 0, 1).into_data().to_vec().unwrap();
+            assert_eq!(firsts.len(), b);
+            for i in &firsts {
+                // every item of the batch has the batch's length
+                assert_eq!(
+                    [4, 8, 16][(*i % 3) as usize],
+                    l,
+                    "item {i} in a batch of length {l}"
+                );
+            }
+            seen.extend(firsts);
+            lengths.push(l);
+        }
+        (seen, lengths)
+    };
+    let (mut first, lengths) = epoch(&loader);
+    assert_eq!(lengths.len(), 15);
+    // the batches of the three lengths are shuffled together, not run length by length
+    let changes = lengths.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(changes > 2, "batch lengths not shuffled: {lengths:?}");
+    let (second, _) = epoch(&loader);
+    assert_ne!(first, second, "two epochs in the same order");
+    first.sort_unstable();
+    assert_eq!(first, (0..n as i64).collect::<Vec<_>>());
+}

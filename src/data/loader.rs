@@ -3,6 +3,10 @@
 //!
 //! (Burn's `DataLoaderBuilder::shuffle` draws each epoch's order from one running generator,
 //! which a resumed run cannot reproduce.)
+//!
+//! With [`EpochLoader::with_buckets`], items of different lengths are batched apart (length
+//! bucketing): each batch holds items of one length only, and the batches of all lengths are
+//! shuffled together, so that a dataset of mixed sequence lengths trains without padding.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,6 +19,10 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
+/// The bucket of an item (its sequence length, say): items of different buckets never share a
+/// batch.
+pub type BucketKey<I> = Arc<dyn Fn(&I) -> usize + Send + Sync>;
+
 /// Batches of a dataset in an order drawn from `(seed, epoch)`; `shuffle = false` keeps the
 /// dataset order. Each call to `iter` is one epoch.
 pub struct EpochLoader<B: Backend, I, O> {
@@ -25,6 +33,7 @@ pub struct EpochLoader<B: Backend, I, O> {
     epoch: Arc<AtomicUsize>,
     range: (usize, usize),
     device: B::Device,
+    bucket: Option<BucketKey<I>>,
 }
 
 impl<B: Backend, I, O> EpochLoader<B, I, O> {
@@ -45,7 +54,17 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
             epoch: Arc::new(AtomicUsize::new(0)),
             range: (0, len),
             device,
+            bucket: None,
         }
+    }
+
+    /// Batches items by `key` (for sequences, their length): the epoch's shuffled order is
+    /// split into one list per key, each list is cut into batches, and the batches are
+    /// shuffled (from the seed and the epoch, like the items). When every item has the same
+    /// key the batches are exactly those of the plain loader.
+    pub fn with_buckets(mut self, key: BucketKey<I>) -> Self {
+        self.bucket = Some(key);
+        self
     }
 
     /// Makes the next `iter` produce epoch `epoch` (counted from 0).
@@ -54,16 +73,52 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
         self
     }
 
-    fn order(&self, epoch: usize) -> Vec<usize> {
-        let mut order: Vec<usize> = (self.range.0..self.range.1).collect();
-        if let Some(seed) = self.seed {
-            let mixed = seed
-                ^ (epoch as u64)
+    /// Batches in each epoch (with buckets: the sum over buckets of their batch counts, the
+    /// same in every epoch).
+    pub fn batches_per_epoch(&self) -> usize {
+        self.batches(0).len()
+    }
+
+    /// The generator of an epoch's shuffles (`None` without a seed).
+    fn rng(&self, epoch: usize) -> Option<StdRng> {
+        self.seed.map(|seed| {
+            StdRng::seed_from_u64(
+                seed ^ (epoch as u64)
                     .wrapping_add(1)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            order.shuffle(&mut StdRng::seed_from_u64(mixed));
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            )
+        })
+    }
+
+    /// The batches of an epoch, as dataset indices.
+    fn batches(&self, epoch: usize) -> Vec<Vec<usize>> {
+        let mut rng = self.rng(epoch);
+        let mut order: Vec<usize> = (self.range.0..self.range.1).collect();
+        if let Some(rng) = rng.as_mut() {
+            order.shuffle(rng);
         }
-        order
+        let cut = |indices: &[usize]| -> Vec<Vec<usize>> {
+            indices
+                .chunks(self.batch_size)
+                .map(<[usize]>::to_vec)
+                .collect()
+        };
+        let Some(key) = &self.bucket else {
+            return cut(&order);
+        };
+        let mut buckets: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for i in order {
+            if let Some(item) = self.dataset.get(i) {
+                buckets.entry(key(&item)).or_default().push(i);
+            }
+        }
+        let mut batches: Vec<Vec<usize>> = buckets.values().flat_map(|b| cut(b)).collect();
+        if buckets.len() > 1 {
+            if let Some(rng) = rng.as_mut() {
+                batches.shuffle(rng);
+            }
+        }
+        batches
     }
 
     fn with(&self, range: (usize, usize), device: B::Device, epoch: Arc<AtomicUsize>) -> Self {
@@ -75,29 +130,30 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
             epoch,
             range,
             device,
+            bucket: self.bucket.clone(),
         }
     }
 }
 
 struct EpochIter<'a, B: Backend, I, O> {
     loader: &'a EpochLoader<B, I, O>,
-    order: Vec<usize>,
-    position: usize,
+    batches: Vec<Vec<usize>>,
+    next: usize,
+    processed: usize,
+    total: usize,
 }
 
 impl<B: Backend, I, O> Iterator for EpochIter<'_, B, I, O> {
     type Item = O;
 
     fn next(&mut self) -> Option<O> {
-        if self.position >= self.order.len() {
-            return None;
-        }
-        let end = (self.position + self.loader.batch_size).min(self.order.len());
-        let items: Vec<I> = self.order[self.position..end]
+        let batch = self.batches.get(self.next)?;
+        let items: Vec<I> = batch
             .iter()
             .filter_map(|&i| self.loader.dataset.get(i))
             .collect();
-        self.position = end;
+        self.next += 1;
+        self.processed += batch.len();
         Some(self.loader.batcher.batch(items, &self.loader.device))
     }
 }
@@ -105,8 +161,8 @@ impl<B: Backend, I, O> Iterator for EpochIter<'_, B, I, O> {
 impl<B: Backend, I, O> DataLoaderIterator<O> for EpochIter<'_, B, I, O> {
     fn progress(&self) -> Progress {
         Progress {
-            items_processed: self.position,
-            items_total: self.order.len(),
+            items_processed: self.processed,
+            items_total: self.total,
         }
     }
 }
@@ -117,10 +173,14 @@ where
 {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<O> + 'a> {
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst);
+        let batches = self.batches(epoch);
+        let total = batches.iter().map(Vec::len).sum();
         Box::new(EpochIter {
             loader: self,
-            order: self.order(epoch),
-            position: 0,
+            batches,
+            next: 0,
+            processed: 0,
+            total,
         })
     }
 

@@ -94,6 +94,7 @@ where
         config.batch_size,
         config.seed,
         start_epoch,
+        None,
         device,
     );
     let scheduler = WarmupCosineLr::from_fractions(

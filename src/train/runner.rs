@@ -17,7 +17,7 @@ use super::{
     CheckpointRecorder, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr,
 };
 use crate::checkpoint::save_lm;
-use crate::data::loader::EpochLoader;
+use crate::data::loader::{BucketKey, EpochLoader};
 use crate::data::{SequenceBatcher, SequenceItem};
 use crate::error::Mamba2Error;
 use crate::lm::{Mamba2Lm, Mamba2LmConfig};
@@ -202,8 +202,8 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
     Ok(start_epoch)
 }
 
-/// The training loader (shuffled per epoch from `seed`, starting at `start_epoch`) and the
-/// validation loader (in order).
+/// The training loader (shuffled per epoch from `seed`, starting at `start_epoch`, batched
+/// apart by `bucket` when given) and the validation loader (in order).
 #[allow(clippy::type_complexity)]
 pub(crate) fn loaders<B, I, O, OV, D, V, T>(
     train: D,
@@ -212,6 +212,7 @@ pub(crate) fn loaders<B, I, O, OV, D, V, T>(
     batch_size: usize,
     seed: u64,
     start_epoch: Option<usize>,
+    bucket: Option<BucketKey<I>>,
     device: &B::Device,
 ) -> (
     Arc<EpochLoader<B, I, O>>,
@@ -226,7 +227,7 @@ where
         + Clone
         + 'static,
 {
-    let dl_train = EpochLoader::new(
+    let mut dl_train = EpochLoader::new(
         Arc::new(train),
         Arc::new(batcher.clone()),
         batch_size,
@@ -234,6 +235,9 @@ where
         device.clone(),
     )
     .start_at_epoch(start_epoch.unwrap_or(0));
+    if let Some(key) = bucket {
+        dl_train = dl_train.with_buckets(key);
+    }
     let dl_valid = EpochLoader::<B::InnerBackend, _, _>::new(
         Arc::new(valid),
         Arc::new(batcher),
@@ -309,8 +313,6 @@ where
 
     B::seed(device, config.seed);
     let model = config.model.init::<B>(device)?;
-    let steps_per_epoch = train.len().div_ceil(config.batch_size);
-    let total_steps = steps_per_epoch * config.epochs;
     let batcher = SequenceBatcher {
         ignore_index: config.ignore_index,
     };
@@ -321,8 +323,12 @@ where
         config.batch_size,
         config.seed,
         start_epoch,
+        // sequences of different lengths (a mixed training set) are batched apart
+        Some(Arc::new(|item: &SequenceItem| item.input.len())),
         device,
     );
+    let steps_per_epoch = dl_train.batches_per_epoch();
+    let total_steps = steps_per_epoch * config.epochs;
     let scheduler = WarmupCosineLr::from_fractions(
         config.lr,
         config.min_lr_ratio,
