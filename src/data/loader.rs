@@ -33,7 +33,8 @@ pub struct EpochLoader<B: Backend, I, O> {
     epoch: Arc<AtomicUsize>,
     range: (usize, usize),
     device: B::Device,
-    bucket: Option<BucketKey<I>>,
+    /// The bucket of every dataset item, computed once by `with_buckets`.
+    buckets: Option<Arc<Vec<usize>>>,
 }
 
 impl<B: Backend, I, O> EpochLoader<B, I, O> {
@@ -54,7 +55,7 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
             epoch: Arc::new(AtomicUsize::new(0)),
             range: (0, len),
             device,
-            bucket: None,
+            buckets: None,
         }
     }
 
@@ -62,8 +63,12 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
     /// split into one list per key, each list is cut into batches, and the batches are
     /// shuffled (from the seed and the epoch, like the items). When every item has the same
     /// key the batches are exactly those of the plain loader.
+    /// Each item's key is computed once here, not in every epoch.
     pub fn with_buckets(mut self, key: BucketKey<I>) -> Self {
-        self.bucket = Some(key);
+        let keys = (0..self.dataset.len())
+            .map(|i| self.dataset.get(i).map_or(0, |item| key(&item)))
+            .collect();
+        self.buckets = Some(Arc::new(keys));
         self
     }
 
@@ -103,14 +108,12 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
                 .map(<[usize]>::to_vec)
                 .collect()
         };
-        let Some(key) = &self.bucket else {
+        let Some(keys) = &self.buckets else {
             return cut(&order);
         };
         let mut buckets: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for i in order {
-            if let Some(item) = self.dataset.get(i) {
-                buckets.entry(key(&item)).or_default().push(i);
-            }
+            buckets.entry(keys[i]).or_default().push(i);
         }
         let mut batches: Vec<Vec<usize>> = buckets.values().flat_map(|b| cut(b)).collect();
         if buckets.len() > 1 {
@@ -130,7 +133,7 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
             epoch,
             range,
             device,
-            bucket: self.bucket.clone(),
+            buckets: self.buckets.clone(),
         }
     }
 }
