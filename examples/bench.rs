@@ -14,6 +14,8 @@
 //! peak resident memory of the process so far, the thread count, and the configuration.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
+//! Train and forward spread each batch over `--step-threads` threads (default: the available
+//! cores), as the training steps of `Mamba2Lm` and the others do with `with_step_threads`.
 
 use std::time::Instant;
 
@@ -21,12 +23,13 @@ use std::time::Instant;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
+use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
 use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config};
 use serde_json::json;
 
@@ -55,6 +58,19 @@ struct Args {
     /// Timed runs per mode (after one warm-up run).
     #[arg(long, default_value_t = 5)]
     iters: usize,
+    /// Threads that train and forward spread each batch over (slices of the batch on
+    /// parallel threads, `mamba2_burn::train::parallel_backward` / `parallel_map`).
+    /// Default: the available cores.
+    #[arg(long)]
+    step_threads: Option<usize>,
+}
+
+impl Args {
+    fn step_threads(&self) -> usize {
+        self.step_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
 }
 
 type Cpu = NdArray<f32>;
@@ -100,6 +116,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "median_s": median_s,
         "iters": args.iters,
         "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "step_threads": args.step_threads(),
         "peak_rss_mb": peak_rss_mb(),
         "backend": "ndarray-f32",
         "config": {
@@ -125,23 +142,23 @@ fn bench_train<B: AutodiffBackend>(
         Distribution::Normal(0.0, 1.0),
         device,
     );
-    let mut failure = None;
+    model.forward(x.clone(), None)?;
     let t = timed(args.iters, || {
-        let result = model.forward(x.clone(), None);
-        match result {
-            Ok((y, _)) => {
-                let loss = y.square().mean();
-                let grads = GradientsParams::from_grads(loss.backward(), &model);
-                model = optim.step(1e-4, model.clone(), grads);
-                let _ = B::sync(device);
-            }
-            Err(e) => failure = Some(e),
-        }
+        let parts = split_rows(args.batch, args.step_threads())
+            .into_iter()
+            .map(|(start, len)| BatchPart {
+                input: x.clone().narrow(0, start, len),
+                weight: len as f64 / args.batch as f64,
+            })
+            .collect();
+        let (grads, _, _) = parallel_backward(&model, parts, |m, x| {
+            let (y, _) = m.forward(x, None).expect("checked above");
+            (y.square().mean(), ())
+        });
+        model = optim.step(1e-4, model.clone(), grads);
+        let _ = B::sync(device);
     });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(t),
-    }
+    Ok(t)
 }
 
 fn bench_forward<B: Backend>(
@@ -156,8 +173,14 @@ fn bench_forward<B: Backend>(
     );
     model.forward(x.clone(), None)?;
     Ok(timed(args.iters, || {
-        let (y, _) = model.forward(x.clone(), None).expect("checked above");
-        let _ = y.into_data();
+        let slices = split_rows(args.batch, args.step_threads())
+            .into_iter()
+            .map(|(start, len)| (model.clone(), x.clone().narrow(0, start, len)))
+            .collect();
+        parallel_map(slices, |(m, x)| {
+            let (y, _) = m.forward(x, None).expect("checked above");
+            let _ = y.into_data();
+        });
     }))
 }
 

@@ -97,6 +97,10 @@ struct Args {
     /// cpu, or cuda (with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Threads each training step spreads its batch over (default: the available cores on
+    /// cpu, 1 on cuda).
+    #[arg(long)]
+    step_threads: Option<usize>,
     /// MQAR: key-value pairs per sequence.
     #[arg(long, default_value_t = 16)]
     kv_pairs: usize,
@@ -473,14 +477,16 @@ fn run_forecast<B: AutodiffBackend>(
         .with_lr(args.lr.unwrap_or(d.lr))
         .with_batch_size(batch_size)
         .with_epochs(epochs)
-        .with_seed(args.seed);
+        .with_seed(args.seed)
+        .with_step_threads(step_threads(args));
     let task_name = if market { "market" } else { "forecast" };
     let artifacts = artifacts_dir(args, task_name);
     println!(
-        "task {task_name} ({describe}); {} / {} / {} windows, {epochs} epochs, batch {batch_size}; artifacts in {}",
+        "task {task_name} ({describe}); {} / {} / {} windows, {epochs} epochs, batch {batch_size} on {} threads; artifacts in {}",
         data.train.len(),
         data.valid.len(),
         data.test.len(),
+        config.step_threads,
         artifacts.display()
     );
     let model = train_forecaster::<B, _, _>(
@@ -535,13 +541,15 @@ fn run<B: AutodiffBackend>(
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed)
-        .with_ignore_index(data.ignore_index);
+        .with_ignore_index(data.ignore_index)
+        .with_step_threads(step_threads(args));
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
     println!(
-        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size}; artifacts in {}",
+        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size} on {} threads; artifacts in {}",
         data.describe,
         data.train.len(),
+        config.step_threads,
         artifacts.display()
     );
 
@@ -574,6 +582,15 @@ fn run<B: AutodiffBackend>(
     };
     println!("result: task={task_name} {metrics} {describe} elapsed_s={elapsed:.1}");
     Ok(())
+}
+
+/// `--step-threads`, else the available cores on the cpu and 1 on a GPU.
+fn step_threads(args: &Args) -> usize {
+    args.step_threads
+        .unwrap_or_else(|| match args.device.as_str() {
+            "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            _ => 1,
+        })
 }
 
 fn main() {

@@ -62,6 +62,7 @@ pub struct Mamba2Forecaster<B: Backend> {
     n_targets: usize,
     horizon: usize,
     channel_independent: bool,
+    step_threads: usize,
 }
 
 impl Mamba2ForecasterConfig {
@@ -106,11 +107,24 @@ impl Mamba2ForecasterConfig {
             n_targets: self.n_targets,
             horizon: self.horizon,
             channel_independent: self.channel_independent,
+            step_threads: 1,
         })
     }
 }
 
 impl<B: Backend> Mamba2Forecaster<B> {
+    /// Threads a training step spreads each batch over. Default: 1.
+    pub fn step_threads(&self) -> usize {
+        self.step_threads
+    }
+
+    /// Sets the threads a training step spreads each batch over, as
+    /// [`Mamba2Lm::with_step_threads`](crate::Mamba2Lm::with_step_threads).
+    pub fn with_step_threads(mut self, threads: usize) -> Self {
+        self.step_threads = threads.max(1);
+        self
+    }
+
     /// Forecasts the next `horizon` steps from a lookback window.
     ///
     /// # Shapes

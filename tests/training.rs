@@ -132,7 +132,8 @@ fn learner_run_writes_artifacts_and_lowers_the_loss() {
 
 #[test]
 fn resumed_run_reaches_the_same_weights() {
-    let config = config(3, 5e-3);
+    // batches spread over 2 threads: the parallel step is deterministic too
+    let config = config(3, 5e-3).with_step_threads(2);
     let full = tempfile::tempdir().unwrap();
     let uninterrupted = train(&config, full.path(), false).unwrap();
 
@@ -318,4 +319,86 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
     assert_ne!(first, second, "two epochs in the same order");
     first.sort_unstable();
     assert_eq!(first, (0..n as i64).collect::<Vec<_>>());
+}
+
+/// Every parameter's gradient in `grads`, in visiting order.
+struct GradsOf<'a>(&'a GradientsParams, Vec<f32>);
+
+impl ModuleVisitor<B> for GradsOf<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let grad = self
+            .0
+            .get::<Inner, D>(param.id)
+            .expect("a gradient for every parameter");
+        self.1.extend(grad.into_data().to_vec::<f32>().unwrap());
+    }
+}
+
+fn assert_close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len());
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(scale > 0.0, "{what}: all-zero gradients");
+    assert!(
+        worst <= 1e-5 * scale,
+        "{what}: worst difference {worst} against largest gradient {scale}"
+    );
+}
+
+#[test]
+fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::tensor::{Distribution, Int, TensorData};
+    use burn::train::TrainStep;
+    use mamba2_burn::train::RegressionBatch;
+    use mamba2_burn::Mamba2RegressorConfig;
+
+    // LM: 5 rows (slices of 2, 2 and 1 rows) with different numbers of scored positions
+    let model = config(1, 1e-3).model.init::<B>(&dev()).unwrap();
+    let mut batch = mamba2_burn::data::SequenceBatcher {
+        ignore_index: Some(copy::NOISE as usize),
+    }
+    .batch((0..5).map(|i| copy_task().example(3, i)).collect(), &dev());
+    let [b, l] = batch.targets.dims();
+    let mut targets = batch
+        .targets
+        .to_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .unwrap();
+    for t in targets.iter_mut().take(l + l / 2) {
+        *t = copy::NOISE; // row 0 unscored, row 1 half scored
+    }
+    batch.targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [b, l]), &dev());
+    let whole = TrainStep::step(&model, batch.clone());
+    let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
+    let grads = |out: &burn::train::TrainOutput<_>| {
+        let mut v = GradsOf(&out.grads, Vec::new());
+        model.visit(&mut v);
+        v.1
+    };
+    assert_close(&grads(&spread), &grads(&whole), "LM gradients");
+    let loss = |out: &burn::train::TrainOutput<burn::train::SequenceOutput<B>>| {
+        out.item.loss.clone().into_scalar()
+    };
+    assert!((loss(&spread) - loss(&whole)).abs() <= 1e-5 * loss(&whole));
+    assert_eq!(spread.item.logits.dims(), whole.item.logits.dims());
+
+    // regressor: 4 rows over 2 threads
+    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8);
+    let model = Mamba2RegressorConfig::new(3, 2, Mamba2BackboneConfig::new(1, mixer))
+        .init::<B>(&dev())
+        .unwrap();
+    let batch = RegressionBatch {
+        inputs: Tensor::random([4, 12, 3], Distribution::Normal(0.0, 1.0), &dev()),
+        targets: Tensor::random([4, 2], Distribution::Normal(0.0, 1.0), &dev()),
+    };
+    let whole = TrainStep::step(&model, batch.clone());
+    let spread = TrainStep::step(&model.clone().with_step_threads(2), batch);
+    let grads = |out: &burn::train::TrainOutput<_>| {
+        let mut v = GradsOf(&out.grads, Vec::new());
+        model.visit(&mut v);
+        v.1
+    };
+    assert_close(&grads(&spread), &grads(&whole), "regressor gradients");
 }

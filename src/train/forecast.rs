@@ -50,6 +50,10 @@ pub struct ForecastTrainingConfig {
     /// Seed of the weights and the data order. Default: 42.
     #[config(default = 42)]
     pub seed: u64,
+    /// Threads each training step spreads its batch over, as
+    /// [`LmTrainingConfig::step_threads`](super::LmTrainingConfig::step_threads). Default: 1.
+    #[config(default = 1)]
+    pub step_threads: usize,
 }
 
 /// Trains a [`Mamba2Forecaster`] on the windows of `train` with the MSE loss, validating on
@@ -81,7 +85,10 @@ where
         resume,
     )?;
     B::seed(device, config.seed);
-    let model = config.model.init::<B>(device)?;
+    let model = config
+        .model
+        .init::<B>(device)?
+        .with_step_threads(config.step_threads);
     let steps_per_epoch = train.len().div_ceil(config.batch_size);
     let batcher = WindowBatcher {
         lookback: config.lookback,

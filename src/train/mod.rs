@@ -17,6 +17,7 @@
 
 mod forecast;
 mod optim;
+mod parallel;
 mod progress;
 mod recorder;
 mod runner;
@@ -27,6 +28,7 @@ pub use forecast::{
     ForecastTrainingConfig,
 };
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
+pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;
 pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
 pub use runner::{
@@ -55,6 +57,47 @@ pub struct LmBatch<B: Backend> {
     pub ignore_index: Option<usize>,
 }
 
+impl<B: Backend> LmBatch<B> {
+    /// Cuts the batch into at most `parts` slices of nearly equal rows, each weighted by its
+    /// share of the batch's scored positions (the slices' mean losses, so weighted, add up to
+    /// the batch's mean loss).
+    pub fn split(&self, parts: usize) -> Vec<BatchPart<LmBatch<B>>> {
+        let [b, l] = self.targets.dims();
+        let rows = split_rows(b, parts);
+        // scored positions per row
+        let per_row: Vec<usize> = match self.ignore_index {
+            None => vec![l; b],
+            Some(ignore) => {
+                let targets = self.targets.to_data().convert::<i64>();
+                let targets = targets.as_slice::<i64>().unwrap_or(&[]);
+                targets
+                    .chunks(l.max(1))
+                    .map(|row| row.iter().filter(|&&t| t != ignore as i64).count())
+                    .collect()
+            }
+        };
+        let total: usize = per_row.iter().sum();
+        rows.into_iter()
+            .map(|(start, len)| {
+                let scored: usize = per_row.iter().skip(start).take(len).sum();
+                let weight = if total == 0 {
+                    len as f64 / b as f64
+                } else {
+                    scored as f64 / total as f64
+                };
+                BatchPart {
+                    input: LmBatch {
+                        inputs: self.inputs.clone().narrow(0, start, len),
+                        targets: self.targets.clone().narrow(0, start, len),
+                        ignore_index: self.ignore_index,
+                    },
+                    weight,
+                }
+            })
+            .collect()
+    }
+}
+
 impl<B: Backend> Mamba2Lm<B> {
     /// Logits and the mean cross-entropy over the scored positions of `batch`.
     ///
@@ -78,8 +121,23 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Lm<B> {
     type Output = SequenceOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<SequenceOutput<B>> {
-        let output = self.forward_loss(&batch);
-        TrainOutput::new(self, output.loss.backward(), output)
+        let parts = match self.step_threads() {
+            1 => Vec::new(),
+            threads => batch.split(threads),
+        };
+        if parts.len() <= 1 {
+            let output = self.forward_loss(&batch);
+            return TrainOutput::new(self, output.loss.backward(), output);
+        }
+        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part: LmBatch<B>| {
+            let output = model.forward_loss(&part);
+            (output.loss, output.logits.detach())
+        });
+        let logits = Tensor::cat(outputs, 0);
+        TrainOutput {
+            grads,
+            item: SequenceOutput::new(loss, logits, None, batch.targets),
+        }
     }
 }
 
@@ -88,8 +146,40 @@ impl<B: Backend> InferenceStep for Mamba2Lm<B> {
     type Output = SequenceOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> SequenceOutput<B> {
-        self.forward_loss(&batch)
+        let parts = match self.step_threads() {
+            1 => Vec::new(),
+            threads => batch.split(threads),
+        };
+        if parts.len() <= 1 {
+            return self.forward_loss(&batch);
+        }
+        let (loss, logits) = parallel_forward(self, parts, |model, part: LmBatch<B>| {
+            let output = model.forward_loss(&part);
+            (output.loss, output.logits)
+        });
+        SequenceOutput::new(loss, Tensor::cat(logits, 0), None, batch.targets)
     }
+}
+
+/// Cuts a batch whose loss is a mean over equal-sized rows (MSE) into at most `parts` slices of
+/// nearly equal rows, each weighted by its share of the rows.
+fn row_parts<B: Backend, const DI: usize, const DT: usize, I>(
+    inputs: &Tensor<B, DI>,
+    targets: &Tensor<B, DT>,
+    parts: usize,
+    make: impl Fn(Tensor<B, DI>, Tensor<B, DT>) -> I,
+) -> Vec<BatchPart<I>> {
+    let b = inputs.dims()[0];
+    split_rows(b, parts)
+        .into_iter()
+        .map(|(start, len)| BatchPart {
+            input: make(
+                inputs.clone().narrow(0, start, len),
+                targets.clone().narrow(0, start, len),
+            ),
+            weight: len as f64 / b as f64,
+        })
+        .collect()
 }
 
 /// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
@@ -152,8 +242,27 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Regressor<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: RegressionBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let output = self.forward_regression(&batch);
-        TrainOutput::new(self, output.loss.backward(), output)
+        let parts = row_parts(
+            &batch.inputs,
+            &batch.targets,
+            self.step_threads(),
+            |i, t| RegressionBatch {
+                inputs: i,
+                targets: t,
+            },
+        );
+        if parts.len() <= 1 {
+            let output = self.forward_regression(&batch);
+            return TrainOutput::new(self, output.loss.backward(), output);
+        }
+        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
+            let output = model.forward_regression(&part);
+            (output.loss, output.output.detach())
+        });
+        TrainOutput {
+            grads,
+            item: RegressionOutput::new(loss, Tensor::cat(outputs, 0), batch.targets),
+        }
     }
 }
 
@@ -162,7 +271,23 @@ impl<B: Backend> InferenceStep for Mamba2Regressor<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: RegressionBatch<B>) -> RegressionOutput<B> {
-        self.forward_regression(&batch)
+        let parts = row_parts(
+            &batch.inputs,
+            &batch.targets,
+            self.step_threads(),
+            |i, t| RegressionBatch {
+                inputs: i,
+                targets: t,
+            },
+        );
+        if parts.len() <= 1 {
+            return self.forward_regression(&batch);
+        }
+        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
+            let output = model.forward_regression(&part);
+            (output.loss, output.output)
+        });
+        RegressionOutput::new(loss, Tensor::cat(outputs, 0), batch.targets)
     }
 }
 
@@ -198,8 +323,32 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Forecaster<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: ForecastBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let output = self.forward_forecast(&batch);
-        TrainOutput::new(self, output.loss.backward(), output)
+        let parts = row_parts(
+            &batch.inputs,
+            &batch.targets,
+            self.step_threads(),
+            |i, t| ForecastBatch {
+                inputs: i,
+                targets: t,
+            },
+        );
+        if parts.len() <= 1 {
+            let output = self.forward_forecast(&batch);
+            return TrainOutput::new(self, output.loss.backward(), output);
+        }
+        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
+            let output = model.forward_forecast(&part);
+            (output.loss, output.output.detach())
+        });
+        let [b, h, c] = batch.targets.dims();
+        TrainOutput {
+            grads,
+            item: RegressionOutput::new(
+                loss,
+                Tensor::cat(outputs, 0),
+                batch.targets.reshape([b, h * c]),
+            ),
+        }
     }
 }
 
@@ -208,6 +357,27 @@ impl<B: Backend> InferenceStep for Mamba2Forecaster<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: ForecastBatch<B>) -> RegressionOutput<B> {
-        self.forward_forecast(&batch)
+        let parts = row_parts(
+            &batch.inputs,
+            &batch.targets,
+            self.step_threads(),
+            |i, t| ForecastBatch {
+                inputs: i,
+                targets: t,
+            },
+        );
+        if parts.len() <= 1 {
+            return self.forward_forecast(&batch);
+        }
+        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
+            let output = model.forward_forecast(&part);
+            (output.loss, output.output)
+        });
+        let [b, h, c] = batch.targets.dims();
+        RegressionOutput::new(
+            loss,
+            Tensor::cat(outputs, 0),
+            batch.targets.reshape([b, h * c]),
+        )
     }
 }

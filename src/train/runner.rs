@@ -50,6 +50,11 @@ pub struct LmTrainingConfig {
     pub seed: u64,
     /// Target id of unscored positions (`None`: all positions are scored).
     pub ignore_index: Option<usize>,
+    /// Threads each training step spreads its batch over (same gradient as one thread; see
+    /// [`Mamba2Lm::with_step_threads`]). Worth the cores of a CPU backend; 1 on a GPU.
+    /// Default: 1.
+    #[config(default = 1)]
+    pub step_threads: usize,
 }
 
 /// How progress is shown.
@@ -312,7 +317,10 @@ where
     )?;
 
     B::seed(device, config.seed);
-    let model = config.model.init::<B>(device)?;
+    let model = config
+        .model
+        .init::<B>(device)?
+        .with_step_threads(config.step_threads);
     let batcher = SequenceBatcher {
         ignore_index: config.ignore_index,
     };
