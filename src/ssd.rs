@@ -173,11 +173,11 @@ pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 /// final state.
 ///
 /// `S_in[0] = S_init`, `S_in[j+1] = exp(Acs_j[q-1]) · S_in[j] + states[j]`, final = `S_in[c]`:
-/// a scalar linear recurrence over the `c` chunks. Up to
-/// [`STATE_PASSING_MATRIX_MAX_CHUNKS`] chunks it runs in the spec's matrix form (one product
+/// a scalar linear recurrence over the `c` chunks. On an autodiff backend, up to
+/// [`STATE_PASSING_MATRIX_MAX_CHUNKS`] chunks, it runs in the spec's matrix form (one product
 /// with the `(c+1)×(c+1)` decay matrix of the chunk boundaries, whose gradient needs no
-/// per-chunk slicing); beyond, as a loop over the chunks (as the reference kernel's state
-/// passing does), so that its cost grows linearly with the sequence length.
+/// per-chunk slicing); otherwise as a loop over the chunks (as the reference kernel's state
+/// passing does), whose cost grows linearly with the sequence length.
 ///
 /// # Shapes
 /// - states: `[b, c, g, r, p, n]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
@@ -188,7 +188,10 @@ pub fn state_passing<B: Backend>(
     chunk_decay: Tensor<B, 4>,
     initial: Tensor<B, 5>,
 ) -> (Tensor<B, 6>, Tensor<B, 5>) {
-    if states.dims()[1] <= STATE_PASSING_MATRIX_MAX_CHUNKS {
+    // the matrix form costs O(c²) but its gradient needs no per-chunk slices; without autodiff
+    // the loop's O(c) wins
+    let tracked = B::ad_enabled(&states.device());
+    if tracked && states.dims()[1] <= STATE_PASSING_MATRIX_MAX_CHUNKS {
         state_passing_matrix(states, chunk_decay, initial)
     } else {
         state_passing_loop(states, chunk_decay, initial)

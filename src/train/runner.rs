@@ -390,7 +390,8 @@ pub struct LmScores {
 }
 
 /// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
-/// scored).
+/// scored). The batches are spread over the model's
+/// [`step_threads`](Mamba2Lm::step_threads).
 pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
     model: &Mamba2Lm<B>,
     dataset: &D,
@@ -398,45 +399,34 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
     ignore_index: Option<usize>,
     device: &B::Device,
 ) -> crate::Result<LmScores> {
-    use burn::data::dataloader::batcher::Batcher;
-    use burn::tensor::activation::log_softmax;
-    let batcher = SequenceBatcher { ignore_index };
-    let (mut nll_sum, mut correct, mut count) = (0.0f64, 0i64, 0i64);
     let n = dataset.len();
-    let mut start = 0;
-    while start < n {
-        let items: Vec<SequenceItem> = (start..(start + batch_size).min(n))
-            .filter_map(|i| dataset.get(i))
+    let batch_size = batch_size.max(1);
+    let batches: Vec<Vec<SequenceItem>> = (0..n)
+        .step_by(batch_size)
+        .map(|start| {
+            (start..(start + batch_size).min(n))
+                .filter_map(|i| dataset.get(i))
+                .collect()
+        })
+        .collect();
+    // contiguous runs of batches, one per thread
+    let groups: Vec<(Mamba2Lm<B>, Vec<Vec<SequenceItem>>)> =
+        super::split_rows(batches.len(), model.step_threads())
+            .into_iter()
+            .map(|(start, len)| (model.clone(), batches[start..start + len].to_vec()))
             .collect();
-        start += batch_size;
-        let batch: super::LmBatch<B> = batcher.batch(items, device);
-        let (logits, _) = model.forward(batch.inputs, None)?;
-        let [b, l, v] = logits.dims();
-        let targets = batch.targets.reshape([b * l, 1]);
-        let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
-        let nll = log_probs
-            .clone()
-            .gather(1, targets.clone())
-            .reshape([b * l])
-            .neg();
-        let predicted = log_probs.argmax(1).reshape([b * l]);
-        let targets = targets.reshape([b * l]);
-        let keep = match ignore_index {
-            Some(i) => targets.clone().not_equal_elem(i as i64),
-            None => targets.clone().equal(targets.clone()),
-        };
-        nll_sum += (nll * keep.clone().float())
-            .sum()
-            .into_scalar()
-            .elem::<f64>();
-        correct += predicted
-            .equal(targets)
-            .int()
-            .mul(keep.clone().int())
-            .sum()
-            .into_scalar()
-            .elem::<i64>();
-        count += keep.int().sum().into_scalar().elem::<i64>();
+    let sums = super::parallel_map(groups, |(model, batches)| {
+        let (mut nll, mut correct, mut count) = (0.0f64, 0i64, 0i64);
+        for items in batches {
+            let (n, c, k) = score_batch(&model, items, ignore_index, device)?;
+            (nll, correct, count) = (nll + n, correct + c, count + k);
+        }
+        Ok::<_, Mamba2Error>((nll, correct, count))
+    });
+    let (mut nll_sum, mut correct, mut count) = (0.0f64, 0i64, 0i64);
+    for sum in sums {
+        let (n, c, k) = sum?;
+        (nll_sum, correct, count) = (nll_sum + n, correct + c, count + k);
     }
     if count == 0 {
         return Err(Mamba2Error::InvalidInput {
@@ -451,4 +441,44 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
         accuracy: correct as f64 / count as f64,
         count: count as usize,
     })
+}
+
+/// Summed negative log-likelihood, correct predictions and scored positions of one batch.
+fn score_batch<B: burn::tensor::backend::Backend>(
+    model: &Mamba2Lm<B>,
+    items: Vec<SequenceItem>,
+    ignore_index: Option<usize>,
+    device: &B::Device,
+) -> crate::Result<(f64, i64, i64)> {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::tensor::activation::log_softmax;
+    let batch: super::LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
+    let (logits, _) = model.forward(batch.inputs, None)?;
+    let [b, l, v] = logits.dims();
+    let targets = batch.targets.reshape([b * l, 1]);
+    let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
+    let nll = log_probs
+        .clone()
+        .gather(1, targets.clone())
+        .reshape([b * l])
+        .neg();
+    let predicted = log_probs.argmax(1).reshape([b * l]);
+    let targets = targets.reshape([b * l]);
+    let keep = match ignore_index {
+        Some(i) => targets.clone().not_equal_elem(i as i64),
+        None => targets.clone().equal(targets.clone()),
+    };
+    let nll = (nll * keep.clone().float())
+        .sum()
+        .into_scalar()
+        .elem::<f64>();
+    let correct = predicted
+        .equal(targets)
+        .int()
+        .mul(keep.clone().int())
+        .sum()
+        .into_scalar()
+        .elem::<i64>();
+    let count = keep.int().sum().into_scalar().elem::<i64>();
+    Ok((nll, correct, count))
 }
