@@ -14,6 +14,11 @@
 //!
 //! [`train_lm`] and [`train_forecaster`] run a whole training with checkpoints, resume and
 //! artifacts.
+//!
+//! On CPU backends each model's `with_step_threads(n)` spreads every batch over `n` threads
+//! (row slices with their own autodiff graphs, gradients summed with the whole batch's loss
+//! weights; see [`parallel_backward`]), which keeps the cores busy that burn-ndarray's mostly
+//! single-threaded element-wise kernels leave idle.
 
 mod forecast;
 mod optim;
