@@ -321,7 +321,7 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
     assert_eq!(first, (0..n as i64).collect::<Vec<_>>());
 }
 
-/// Every parameter's gradient in `grads`, in visiting order.
+/// Collects every parameter's gradient in `grads`.
 struct GradsOf<'a>(&'a GradientsParams, Vec<f32>);
 
 impl ModuleVisitor<B> for GradsOf<'_> {
@@ -332,6 +332,13 @@ impl ModuleVisitor<B> for GradsOf<'_> {
             .expect("a gradient for every parameter");
         self.1.extend(grad.into_data().to_vec::<f32>().unwrap());
     }
+}
+
+/// Every parameter's gradient of `model` in `grads`, in visiting order.
+fn grads_of<M: Module<B>>(model: &M, grads: &GradientsParams) -> Vec<f32> {
+    let mut visitor = GradsOf(grads, Vec::new());
+    model.visit(&mut visitor);
+    visitor.1
 }
 
 fn assert_close(a: &[f32], b: &[f32], what: &str) {
@@ -372,12 +379,11 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     batch.targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [b, l]), &dev());
     let whole = TrainStep::step(&model, batch.clone());
     let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
-    let grads = |out: &burn::train::TrainOutput<_>| {
-        let mut v = GradsOf(&out.grads, Vec::new());
-        model.visit(&mut v);
-        v.1
-    };
-    assert_close(&grads(&spread), &grads(&whole), "LM gradients");
+    assert_close(
+        &grads_of(&model, &spread.grads),
+        &grads_of(&model, &whole.grads),
+        "LM gradients",
+    );
     let loss = |out: &burn::train::TrainOutput<burn::train::SequenceOutput<B>>| {
         out.item.loss.clone().into_scalar()
     };
@@ -395,10 +401,9 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     };
     let whole = TrainStep::step(&model, batch.clone());
     let spread = TrainStep::step(&model.clone().with_step_threads(2), batch);
-    let grads = |out: &burn::train::TrainOutput<_>| {
-        let mut v = GradsOf(&out.grads, Vec::new());
-        model.visit(&mut v);
-        v.1
-    };
-    assert_close(&grads(&spread), &grads(&whole), "regressor gradients");
+    assert_close(
+        &grads_of(&model, &spread.grads),
+        &grads_of(&model, &whole.grads),
+        "regressor gradients",
+    );
 }

@@ -69,6 +69,12 @@ impl<B: Backend> LmBatch<B> {
     pub fn split(&self, parts: usize) -> Vec<BatchPart<LmBatch<B>>> {
         let [b, l] = self.targets.dims();
         let rows = split_rows(b, parts);
+        if rows.len() <= 1 {
+            return vec![BatchPart {
+                input: self.clone(),
+                weight: 1.0,
+            }];
+        }
         // scored positions per row
         let per_row: Vec<usize> = match self.ignore_index {
             None => vec![l; b],
@@ -126,22 +132,18 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Lm<B> {
     type Output = SequenceOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<SequenceOutput<B>> {
-        let parts = match self.step_threads() {
-            1 => Vec::new(),
-            threads => batch.split(threads),
-        };
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             let output = self.forward_loss(&batch);
             return TrainOutput::new(self, output.loss.backward(), output);
         }
-        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part: LmBatch<B>| {
+        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
             let output = model.forward_loss(&part);
-            (output.loss, output.logits.detach())
+            (output.loss.clone(), output)
         });
-        let logits = Tensor::cat(outputs, 0);
         TrainOutput {
             grads,
-            item: SequenceOutput::new(loss, logits, None, batch.targets),
+            item: merge_sequence(loss, outputs),
         }
     }
 }
@@ -151,18 +153,15 @@ impl<B: Backend> InferenceStep for Mamba2Lm<B> {
     type Output = SequenceOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> SequenceOutput<B> {
-        let parts = match self.step_threads() {
-            1 => Vec::new(),
-            threads => batch.split(threads),
-        };
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             return self.forward_loss(&batch);
         }
-        let (loss, logits) = parallel_forward(self, parts, |model, part: LmBatch<B>| {
+        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
             let output = model.forward_loss(&part);
-            (output.loss, output.logits)
+            (output.loss.clone(), output)
         });
-        SequenceOutput::new(loss, Tensor::cat(logits, 0), None, batch.targets)
+        merge_sequence(loss, outputs)
     }
 }
 
@@ -185,6 +184,32 @@ fn row_parts<B: Backend, const DI: usize, const DT: usize, I>(
             weight: len as f64 / b as f64,
         })
         .collect()
+}
+
+/// The batch's output from its slices' outputs (in slice order): `loss`, the slices' logits
+/// (detached) and targets concatenated.
+fn merge_sequence<B: Backend>(
+    loss: Tensor<B, 1>,
+    parts: Vec<SequenceOutput<B>>,
+) -> SequenceOutput<B> {
+    let (logits, targets): (Vec<_>, Vec<_>) = parts
+        .into_iter()
+        .map(|part| (part.logits.detach(), part.targets))
+        .unzip();
+    SequenceOutput::new(loss, Tensor::cat(logits, 0), None, Tensor::cat(targets, 0))
+}
+
+/// The batch's output from its slices' outputs (in slice order): `loss`, the slices' outputs
+/// (detached) and targets concatenated.
+fn merge_regression<B: Backend>(
+    loss: Tensor<B, 1>,
+    parts: Vec<RegressionOutput<B>>,
+) -> RegressionOutput<B> {
+    let (outputs, targets): (Vec<_>, Vec<_>) = parts
+        .into_iter()
+        .map(|part| (part.output.detach(), part.targets))
+        .unzip();
+    RegressionOutput::new(loss, Tensor::cat(outputs, 0), Tensor::cat(targets, 0))
 }
 
 /// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
@@ -223,6 +248,16 @@ pub struct RegressionBatch<B: Backend> {
     pub targets: Tensor<B, 2>,
 }
 
+impl<B: Backend> RegressionBatch<B> {
+    /// Cuts the batch into at most `parts` slices of nearly equal rows, each weighted by its
+    /// share of the rows (the loss is a mean over equal-sized rows).
+    pub fn split(&self, parts: usize) -> Vec<BatchPart<RegressionBatch<B>>> {
+        row_parts(&self.inputs, &self.targets, parts, |inputs, targets| {
+            RegressionBatch { inputs, targets }
+        })
+    }
+}
+
 impl<B: Backend> Mamba2Regressor<B> {
     /// The prediction at the last time step and its mean squared error.
     ///
@@ -247,26 +282,18 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Regressor<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: RegressionBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let parts = row_parts(
-            &batch.inputs,
-            &batch.targets,
-            self.step_threads(),
-            |i, t| RegressionBatch {
-                inputs: i,
-                targets: t,
-            },
-        );
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             let output = self.forward_regression(&batch);
             return TrainOutput::new(self, output.loss.backward(), output);
         }
         let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
             let output = model.forward_regression(&part);
-            (output.loss, output.output.detach())
+            (output.loss.clone(), output)
         });
         TrainOutput {
             grads,
-            item: RegressionOutput::new(loss, Tensor::cat(outputs, 0), batch.targets),
+            item: merge_regression(loss, outputs),
         }
     }
 }
@@ -276,23 +303,15 @@ impl<B: Backend> InferenceStep for Mamba2Regressor<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: RegressionBatch<B>) -> RegressionOutput<B> {
-        let parts = row_parts(
-            &batch.inputs,
-            &batch.targets,
-            self.step_threads(),
-            |i, t| RegressionBatch {
-                inputs: i,
-                targets: t,
-            },
-        );
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             return self.forward_regression(&batch);
         }
         let (loss, outputs) = parallel_forward(self, parts, |model, part| {
             let output = model.forward_regression(&part);
-            (output.loss, output.output)
+            (output.loss.clone(), output)
         });
-        RegressionOutput::new(loss, Tensor::cat(outputs, 0), batch.targets)
+        merge_regression(loss, outputs)
     }
 }
 
@@ -303,6 +322,16 @@ pub struct ForecastBatch<B: Backend> {
     pub inputs: Tensor<B, 3>,
     /// The values to forecast `[b, horizon, n_targets]`.
     pub targets: Tensor<B, 3>,
+}
+
+impl<B: Backend> ForecastBatch<B> {
+    /// Cuts the batch into at most `parts` slices of nearly equal rows, each weighted by its
+    /// share of the rows (the loss is a mean over equal-sized rows).
+    pub fn split(&self, parts: usize) -> Vec<BatchPart<ForecastBatch<B>>> {
+        row_parts(&self.inputs, &self.targets, parts, |inputs, targets| {
+            ForecastBatch { inputs, targets }
+        })
+    }
 }
 
 impl<B: Backend> Mamba2Forecaster<B> {
@@ -328,31 +357,18 @@ impl<B: AutodiffBackend> TrainStep for Mamba2Forecaster<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: ForecastBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let parts = row_parts(
-            &batch.inputs,
-            &batch.targets,
-            self.step_threads(),
-            |i, t| ForecastBatch {
-                inputs: i,
-                targets: t,
-            },
-        );
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             let output = self.forward_forecast(&batch);
             return TrainOutput::new(self, output.loss.backward(), output);
         }
         let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
             let output = model.forward_forecast(&part);
-            (output.loss, output.output.detach())
+            (output.loss.clone(), output)
         });
-        let [b, h, c] = batch.targets.dims();
         TrainOutput {
             grads,
-            item: RegressionOutput::new(
-                loss,
-                Tensor::cat(outputs, 0),
-                batch.targets.reshape([b, h * c]),
-            ),
+            item: merge_regression(loss, outputs),
         }
     }
 }
@@ -362,27 +378,14 @@ impl<B: Backend> InferenceStep for Mamba2Forecaster<B> {
     type Output = RegressionOutput<B>;
 
     fn step(&self, batch: ForecastBatch<B>) -> RegressionOutput<B> {
-        let parts = row_parts(
-            &batch.inputs,
-            &batch.targets,
-            self.step_threads(),
-            |i, t| ForecastBatch {
-                inputs: i,
-                targets: t,
-            },
-        );
+        let parts = batch.split(self.step_threads());
         if parts.len() <= 1 {
             return self.forward_forecast(&batch);
         }
         let (loss, outputs) = parallel_forward(self, parts, |model, part| {
             let output = model.forward_forecast(&part);
-            (output.loss, output.output)
+            (output.loss.clone(), output)
         });
-        let [b, h, c] = batch.targets.dims();
-        RegressionOutput::new(
-            loss,
-            Tensor::cat(outputs, 0),
-            batch.targets.reshape([b, h * c]),
-        )
+        merge_regression(loss, outputs)
     }
 }

@@ -38,7 +38,8 @@ pub fn split_rows(batch: usize, parts: usize) -> Vec<(usize, usize)> {
 }
 
 /// Forward and backward of every part on its own thread (see [`parallel_map`]); returns the
-/// summed gradients, the batch's loss (the weighted sum of the parts' losses, detached) and each part's output.
+/// summed gradients, the batch's loss (the weighted sum of the parts' losses, detached) and
+/// each part's output.
 ///
 /// `loss_of(model, input)` returns the part's mean loss `[1]` and its output for the metrics.
 pub fn parallel_backward<B, M, I, O, F>(
@@ -71,18 +72,22 @@ where
         _ => parts.into_iter().map(|part| run(model, part)).collect(),
     };
     let mut accumulator = GradientsAccumulator::new();
-    let mut total: Option<Tensor<B, 1>> = None;
+    let mut losses = Vec::with_capacity(results.len());
     let mut outputs = Vec::with_capacity(results.len());
     for (grads, loss, output) in results {
         accumulator.accumulate(model, grads);
-        total = Some(match total {
-            Some(t) => t + loss,
-            None => loss,
-        });
+        losses.push(loss);
         outputs.push(output);
     }
-    let total = total.expect("split_rows never returns zero parts");
-    (accumulator.grads(), total, outputs)
+    (accumulator.grads(), sum(losses), outputs)
+}
+
+/// The sum of the parts' weighted losses, in part order.
+fn sum<B: Backend>(losses: Vec<Tensor<B, 1>>) -> Tensor<B, 1> {
+    losses
+        .into_iter()
+        .reduce(|total, loss| total + loss)
+        .expect("split_rows never returns zero parts")
 }
 
 /// Forward of every part on its own thread (see [`parallel_map`]), for evaluation: returns
@@ -109,16 +114,8 @@ where
         let (loss, output) = loss_of(&part_model, part.input);
         (loss.mul_scalar(part.weight), output)
     });
-    let mut total: Option<Tensor<B, 1>> = None;
-    let mut outputs = Vec::with_capacity(results.len());
-    for (loss, output) in results {
-        total = Some(match total {
-            Some(t) => t + loss,
-            None => loss,
-        });
-        outputs.push(output);
-    }
-    (total.expect("split_rows never returns zero parts"), outputs)
+    let (losses, outputs) = results.into_iter().unzip();
+    (sum(losses), outputs)
 }
 
 /// `f` applied to every input, each on its own thread (on the calling thread when there is

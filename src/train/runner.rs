@@ -410,24 +410,22 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
         })
         .collect();
     // contiguous runs of batches, one per thread
+    let mut batches = batches.into_iter();
     let groups: Vec<(Mamba2Lm<B>, Vec<Vec<SequenceItem>>)> =
         super::split_rows(batches.len(), model.step_threads())
             .into_iter()
-            .map(|(start, len)| (model.clone(), batches[start..start + len].to_vec()))
+            .map(|(_, len)| (model.clone(), batches.by_ref().take(len).collect()))
             .collect();
-    let sums = super::parallel_map(groups, |(model, batches)| {
-        let (mut nll, mut correct, mut count) = (0.0f64, 0i64, 0i64);
-        for items in batches {
-            let (n, c, k) = score_batch(&model, items, ignore_index, device)?;
-            (nll, correct, count) = (nll + n, correct + c, count + k);
-        }
-        Ok::<_, Mamba2Error>((nll, correct, count))
-    });
-    let (mut nll_sum, mut correct, mut count) = (0.0f64, 0i64, 0i64);
-    for sum in sums {
-        let (n, c, k) = sum?;
-        (nll_sum, correct, count) = (nll_sum + n, correct + c, count + k);
-    }
+    let add =
+        |(n1, c1, k1): (f64, i64, i64), (n2, c2, k2): (f64, i64, i64)| (n1 + n2, c1 + c2, k1 + k2);
+    let zero = (0.0f64, 0i64, 0i64);
+    let (nll_sum, correct, count) = super::parallel_map(groups, |(model, batches)| {
+        batches.into_iter().try_fold(zero, |sum, items| {
+            Ok::<_, Mamba2Error>(add(sum, score_batch(&model, items, ignore_index, device)?))
+        })
+    })
+    .into_iter()
+    .try_fold(zero, |sum, group| group.map(|g| add(sum, g)))?;
     if count == 0 {
         return Err(Mamba2Error::InvalidInput {
             name: "dataset",
