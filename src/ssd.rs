@@ -49,63 +49,111 @@ pub fn cast_to<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Ten
     }
 }
 
-/// Discretisation (zero-order hold on A, Euler on B, as the reference does):
-/// `x̃ = x · dt` and `dA = dt · A`.
+/// Step 0, the chunk layout: right-pads the sequence with zeros to a multiple of the chunk
+/// length `q` and cuts it into `c` chunks, heads grouped by the B/C group they read. Padding is
+/// exact: `dt = 0` there (decay 1) and `x = 0` (no input), so the final state is the state after
+/// the last real token. The results are views where the layout allows: the next element-wise
+/// step writes them out contiguously, so the products that follow read contiguous operands.
 ///
 /// # Shapes
-/// - x: `[b, l, h, p]`, dt: `[b, l, h]`, a: `[h]`
-/// - returns x̃ `[b, l, h, p]` and dA `[b, l, h]` (the log of the per-step decay, ≤ 0)
-pub fn discretize<B: Backend>(
+/// - x: `[b, l, h, p]`, dt: `[b, l, h]`, b_mat, c_mat: `[b, l, g, n]`
+/// - returns x `[b, c, g, r, q, p]`, dt `[b, c, g, r, q]`, Bᵀ `[b, c, g, n, q]` and
+///   C `[b, c, g, q, n]`
+#[allow(clippy::type_complexity)]
+pub fn chunk<B: Backend>(
     x: Tensor<B, 4>,
     dt: Tensor<B, 3>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    q: usize,
+) -> (Tensor<B, 6>, Tensor<B, 5>, Tensor<B, 5>, Tensor<B, 5>) {
+    let [b, l, h, p] = x.dims();
+    let [_, _, g, n] = b_mat.dims();
+    let r = h / g;
+    let c = l.div_ceil(q);
+    let (x, dt) = (pad_time(x, q), pad_time(dt, q));
+    let (b_mat, c_mat) = (pad_time(b_mat, q), pad_time(c_mat, q));
+    let x = x.reshape([b, c, q, g, r, p]).permute([0, 1, 3, 4, 2, 5]);
+    let dt = dt.reshape([b, c, q, g, r]).permute([0, 1, 3, 4, 2]);
+    let b_t = b_mat.reshape([b, c, q, g, n]).permute([0, 1, 3, 4, 2]);
+    let c_mat = c_mat.reshape([b, c, q, g, n]).swap_dims(2, 3);
+    (x, dt, b_t, c_mat)
+}
+
+/// Discretisation (zero-order hold on A, Euler on B, as the reference does):
+/// `x̃ = x · dt` and `dA = dt · A`, in the chunk layout of [`chunk`].
+///
+/// # Shapes
+/// - x: `[b, c, g, r, q, p]`, dt: `[b, c, g, r, q]`, a: `[h]` with `h = g·r`
+/// - returns x̃ `[b, c, g, r, q, p]` (contiguous) and dA `[b, c, g, r, q]` (the log of the
+///   per-step decay, ≤ 0)
+pub fn discretize<B: Backend>(
+    x: Tensor<B, 6>,
+    dt: Tensor<B, 5>,
     a: Tensor<B, 1>,
-) -> (Tensor<B, 4>, Tensor<B, 3>) {
-    let h = a.dims()[0];
-    let x_dt = x * dt.clone().unsqueeze_dim::<4>(3);
-    let da = dt * a.reshape([1, 1, h]);
+) -> (Tensor<B, 6>, Tensor<B, 5>) {
+    let [_, _, g, r, _, _] = x.dims();
+    // the broadcast operand first: the product is written out in the logical (chunk) order
+    let x_dt = dt.clone().unsqueeze_dim::<6>(5) * x;
+    let da = dt * a.reshape([1, 1, g, r, 1]);
     (x_dt, da)
+}
+
+/// The stable segment sums of a sequence of log-decays, below the diagonal:
+/// `out[m, i, j] = Σ_{k=j+1}^{i} a[m, k]` for `i > j`, and 0 for `i ≤ j`.
+///
+/// Each entry is summed from the segment's own terms (a cumulative sum over a
+/// strictly-lower-triangular copy of `a`), never as a difference of two prefix sums, so its
+/// error is relative to the segment, not to the whole sequence. `exp` of it is the decay
+/// matrix on and below the diagonal and exactly 1 above it, finite everywhere: callers zero the
+/// upper triangle with a multiplicative mask ([`lower_mask`]), so no infinity ever enters the
+/// graph and gradients stay finite.
+///
+/// # Shapes
+/// - a: `[m, t]`
+/// - returns `[m, t, t]`
+pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+    let [_, t] = a.dims();
+    // strict lower triangle (j < i) as 0/1 floats
+    let strict_lower = cast_to(
+        Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &a.device())
+            .bool_not()
+            .float(),
+        a.dtype(),
+    );
+    // x[m, i, j] = a[m, i] for j < i, else 0; its cumsum over i is the segment sum
+    (a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>()).cumsum(1)
+}
+
+/// The causal mask of a `t × t` block: 1 for `j ≤ i`, 0 above the diagonal.
+///
+/// # Shapes
+/// - returns `[t, t]`
+pub fn lower_mask<B: Backend>(t: usize, dtype: DType, device: &B::Device) -> Tensor<B, 2> {
+    cast_to(
+        Tensor::<B, 2, Bool>::tril_mask([t, t], 0, device)
+            .bool_not()
+            .float(),
+        dtype,
+    )
 }
 
 /// The stable segment sum, exponentiated: the 1-semiseparable decay matrix of a sequence of
 /// log-decays.
 ///
 /// `out[m, i, j] = exp(Σ_{k=j+1}^{i} a[m, k])` for `i ≥ j` (1 on the diagonal) and exactly 0
-/// for `i < j`. Each entry is summed from the segment's own terms (a cumulative sum over a
-/// strictly-lower-triangular copy of `a`), never as a difference of two global prefix sums,
-/// so its error is relative to the segment, not to the whole sequence. The upper triangle is
-/// zeroed by a multiplicative mask rather than `exp(-inf)`, so no infinity ever enters the
-/// graph and gradients stay finite.
+/// for `i < j` ([`segment_sums`], exponentiated and masked).
 ///
 /// # Shapes
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
 pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
-    let [_, t] = a.dims();
-    let device = a.device();
-    let dtype = a.dtype();
-    // strict lower triangle (j < i) and lower triangle with diagonal (j <= i), as 0/1 floats
-    let strict_lower = cast_to(
-        Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &device)
-            .bool_not()
-            .float(),
-        dtype,
-    );
-    let lower = cast_to(
-        Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device)
-            .bool_not()
-            .float(),
-        dtype,
-    );
-    // x[m, i, j] = a[m, i] for j < i, else 0
-    let x = a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>();
-    // cumsum over i: seg[m, i, j] = Σ_{k=j+1}^{i} a[m, k] for j < i, 0 for j >= i
-    let seg = x.cumsum(1);
-    seg.exp() * lower.unsqueeze::<3>()
+    let t = a.dims()[1];
+    let lower = lower_mask::<B>(t, a.dtype(), &a.device());
+    segment_sums(a).exp() * lower.unsqueeze::<3>()
 }
 
-/// Step 0 of the chunked algorithm: right-pads the sequence with zeros to a multiple of the
-/// chunk length. Padding is exact: `dA = 0` there (decay 1) and `x̃ = 0` (no input), so the
-/// final state is the state after the last real token.
+/// Right-pads the time axis (dim 1) with zeros to a multiple of `q`.
 ///
 /// # Shapes
 /// - t: `[b, l, ...]`; returns `[b, c·q, ...]` with `c = ⌈l / q⌉`
@@ -127,43 +175,49 @@ fn pad_time<B: Backend, const D: usize>(t: Tensor<B, D>, q: usize) -> Tensor<B, 
 ///
 /// `y_diag[l] = Σ_{s ≤ l} (C_l · B_s) · exp(Σ_{k=s+1}^{l} dA_k) · x̃_s`
 ///
+/// `C·Bᵀ` is computed once per group and masked there (the mask costs `r` times less than on
+/// the per-head decay), then scales the per-head decay.
+///
 /// # Shapes
-/// - x_dt: `[b, c, g, r, q, p]`, da: `[b, c, g, r, q]`, b_mat, c_mat: `[b, c, g, q, n]`
+/// - x_dt: `[b, c, g, r, q, p]`, da: `[b, c, g, r, q]`, b_t: `[b, c, g, n, q]`,
+///   c_mat: `[b, c, g, q, n]`
 /// - returns `[b, c, g, r, q, p]`
 pub fn chunk_diagonal<B: Backend>(
     x_dt: Tensor<B, 6>,
     da: Tensor<B, 5>,
-    b_mat: Tensor<B, 5>,
+    b_t: Tensor<B, 5>,
     c_mat: Tensor<B, 5>,
 ) -> Tensor<B, 6> {
     let [b, c, g, r, q] = da.dims();
-    // decay matrix L[b, c, g, r, l, s]
-    let decay = segsum_exp(da.reshape([b * c * g * r, q])).reshape([b, c, g, r, q, q]);
-    // C·Bᵀ once per group, shared by its r heads: [b, c, g, 1, q(l), q(s)]
-    let cb = c_mat.matmul(b_mat.swap_dims(3, 4)).unsqueeze_dim::<6>(3);
-    (cb * decay).matmul(x_dt)
+    let lower = lower_mask::<B>(q, da.dtype(), &da.device());
+    // causal C·Bᵀ per group: [b, c, g, 1, q(l), q(s)]
+    let cb = (c_mat.matmul(b_t) * lower.unsqueeze::<5>()).unsqueeze_dim::<6>(3);
+    // decay exp(segsum) per head, 1 above the diagonal (zeroed by cb): [b, c, g, r, q, q]
+    let decay = segment_sums(da.reshape([b * c * g * r, q]))
+        .exp()
+        .reshape([b, c, g, r, q, q]);
+    (decay * cb).matmul(x_dt)
 }
 
 /// Step 2, the chunk states ("B terms"): the state at the end of each chunk, assuming a zero
-/// state at its start.
+/// state at its start, transposed (`n` before `p`, so that both products of the state read
+/// contiguous operands).
 ///
-/// `states[c] = Σ_l exp(Acs[q-1] - Acs[l]) · x̃_l ⊗ B_l`
+/// `states[c]ᵀ = Σ_l exp(Acs[q-1] - Acs[l]) · B_l ⊗ x̃_l`
 ///
 /// # Shapes
 /// - x_dt: `[b, c, g, r, q, p]`, a_cumsum: `[b, c, g, r, q]` (per-chunk inclusive cumsum of dA),
-///   b_mat: `[b, c, g, q, n]`
-/// - returns `[b, c, g, r, p, n]`
+///   b_t: `[b, c, g, n, q]`
+/// - returns `[b, c, g, r, n, p]`
 pub fn chunk_states<B: Backend>(
     x_dt: Tensor<B, 6>,
     a_cumsum: Tensor<B, 5>,
-    b_mat: Tensor<B, 5>,
+    b_t: Tensor<B, 5>,
 ) -> Tensor<B, 6> {
     let q = a_cumsum.dims()[4];
     let last = a_cumsum.clone().narrow(4, q - 1, 1);
-    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(5); // [b, c, g, r, q, 1]
-    (x_dt * decay_to_end)
-        .swap_dims(4, 5)
-        .matmul(b_mat.unsqueeze_dim::<6>(3))
+    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(4); // [b, c, g, r, 1, q]
+    (decay_to_end * b_t.unsqueeze_dim::<6>(3)).matmul(x_dt)
 }
 
 /// Up to this many chunks, [`state_passing`] uses the matrix form; beyond, the loop.
@@ -180,9 +234,10 @@ pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 /// passing does), whose cost grows linearly with the sequence length.
 ///
 /// # Shapes
-/// - states: `[b, c, g, r, p, n]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
-///   initial: `[b, g, r, p, n]`
-/// - returns the entering states `[b, c, g, r, p, n]` and the final state `[b, g, r, p, n]`
+/// - states: `[b, c, g, r, n, p]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
+///   initial: `[b, g, r, n, p]` (the state transposed, as [`chunk_states`] returns it; the
+///   recurrence is element-wise in the last two dimensions, so either order works)
+/// - returns the entering states `[b, c, g, r, n, p]` and the final state `[b, g, r, n, p]`
 pub fn state_passing<B: Backend>(
     states: Tensor<B, 6>,
     chunk_decay: Tensor<B, 4>,
@@ -261,14 +316,15 @@ pub fn state_passing_loop<B: Backend>(
 /// `y_off[l] = exp(Acs[l]) · S_in · C_l`
 ///
 /// # Shapes
-/// - entering: `[b, c, g, r, p, n]`, a_cumsum: `[b, c, g, r, q]`, c_mat: `[b, c, g, q, n]`
+/// - entering: `[b, c, g, r, n, p]` (transposed states), a_cumsum: `[b, c, g, r, q]`,
+///   c_mat: `[b, c, g, q, n]`
 /// - returns `[b, c, g, r, q, p]`
 pub fn chunk_state_output<B: Backend>(
     entering: Tensor<B, 6>,
     a_cumsum: Tensor<B, 5>,
     c_mat: Tensor<B, 5>,
 ) -> Tensor<B, 6> {
-    let y = c_mat.unsqueeze_dim::<6>(3).matmul(entering.swap_dims(4, 5));
+    let y = c_mat.unsqueeze_dim::<6>(3).matmul(entering);
     y * a_cumsum.exp().unsqueeze_dim::<6>(5)
 }
 
@@ -305,25 +361,20 @@ pub fn ssd_chunked<B: Backend>(
     );
     let dtype = x.dtype();
 
-    // discretise, pad, and cut into chunks
+    // 0. chunk layout, discretisation, per-chunk inclusive cumsum of dA
+    let (x, dt, b_t, c_mat) = chunk(x, dt, b_mat, c_mat, q);
+    let c = x.dims()[1];
     let (x_dt, da) = discretize(x, dt, a);
-    let (x_dt, da) = (pad_time(x_dt, q), pad_time(da, q));
-    let (b_mat, c_mat) = (pad_time(b_mat, q), pad_time(c_mat, q));
-    let c = x_dt.dims()[1] / q;
-    let x_dt = x_dt.reshape([b, c, q, g, r, p]).permute([0, 1, 3, 4, 2, 5]); // [b, c, g, r, q, p]
-    let da = da.reshape([b, c, q, g, r]).permute([0, 1, 3, 4, 2]); // [b, c, g, r, q]
-    let b_mat = b_mat.reshape([b, c, q, g, n]).swap_dims(2, 3); // [b, c, g, q, n]
-    let c_mat = c_mat.reshape([b, c, q, g, n]).swap_dims(2, 3); // [b, c, g, q, n]
-    let a_cumsum = da.clone().cumsum(4); // per-chunk inclusive cumsum
+    let a_cumsum = da.clone().cumsum(4);
 
     // 1. diagonal blocks
-    let y_diag = chunk_diagonal(x_dt.clone(), da, b_mat.clone(), c_mat.clone());
+    let y_diag = chunk_diagonal(x_dt.clone(), da, b_t.clone(), c_mat.clone());
     // 2. chunk states
-    let states = chunk_states(x_dt, a_cumsum.clone(), b_mat);
-    // 3. inter-chunk recurrence
+    let states = chunk_states(x_dt, a_cumsum.clone(), b_t);
+    // 3. inter-chunk recurrence, on transposed states
     let initial = match initial_state {
-        Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]),
-        None => Tensor::zeros([b, g, r, p, n], (&states.device(), dtype)),
+        Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]).swap_dims(3, 4),
+        None => Tensor::zeros([b, g, r, n, p], (&states.device(), dtype)),
     };
     let totals = a_cumsum.clone().narrow(4, q - 1, 1).reshape([b, c, g, r]);
     let (entering, final_state) = state_passing(states, totals, initial);
@@ -334,7 +385,8 @@ pub fn ssd_chunked<B: Backend>(
         .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
         .reshape([b, c * q, h, p])
         .narrow(1, 0, l);
-    (cast_to(y, out_dtype), final_state.reshape([b, h, p, n]))
+    let final_state = final_state.swap_dims(3, 4).reshape([b, h, p, n]);
+    (cast_to(y, out_dtype), final_state)
 }
 
 /// One step of the recurrence: `S ← exp(dt·A)·S + dt·x ⊗ B`, `y = S·C`.
