@@ -63,6 +63,11 @@ struct Args {
     /// Default: the available cores.
     #[arg(long)]
     step_threads: Option<usize>,
+    /// Threads of each OpenBLAS matrix product (with `--features blas`). Default: 1 when
+    /// batches are spread over more than one step thread, else the available cores.
+    #[cfg(feature = "blas")]
+    #[arg(long)]
+    blas_threads: Option<usize>,
 }
 
 impl Args {
@@ -110,6 +115,19 @@ fn config(args: &Args) -> Mamba2BackboneConfig {
     Mamba2BackboneConfig::new(args.n_layer, mixer)
 }
 
+#[cfg(feature = "blas")]
+fn backend_name() -> String {
+    format!(
+        "ndarray-f32+openblas({} threads)",
+        mamba2_burn::blas::blas_threads()
+    )
+}
+
+#[cfg(not(feature = "blas"))]
+fn backend_name() -> String {
+    "ndarray-f32".to_string()
+}
+
 fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
     let mut line = json!({
         "mode": mode,
@@ -118,7 +136,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "step_threads": args.step_threads(),
         "peak_rss_mb": peak_rss_mb(),
-        "backend": "ndarray-f32",
+        "backend": backend_name(),
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
@@ -273,6 +291,14 @@ fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
 
 fn main() {
     let args = Args::parse();
+    #[cfg(feature = "blas")]
+    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(
+        if args.step_threads() > 1 {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        },
+    ));
     let device = Default::default();
     let tokens = (args.batch * args.seq_len) as f64;
     for mode in &args.mode {

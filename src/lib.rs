@@ -3,6 +3,8 @@
 
 pub mod activation;
 pub mod backbone;
+#[cfg(feature = "blas")]
+pub mod blas;
 pub mod block;
 pub mod checkpoint;
 pub mod cpu;
