@@ -19,8 +19,7 @@
 
 use std::time::Instant;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::optim::{AdamWConfig, Optimizer};
@@ -290,15 +289,14 @@ fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
 }
 
 fn main() {
+    common::tune_allocator();
     let args = Args::parse();
     #[cfg(feature = "blas")]
-    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(
-        if args.step_threads() > 1 {
-            1
-        } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        },
-    ));
+    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }));
     let device = Default::default();
     let tokens = (args.batch * args.seq_len) as f64;
     for mode in &args.mode {

@@ -17,8 +17,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -120,6 +119,7 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::er
 }
 
 fn main() {
+    common::tune_allocator();
     let args = Args::parse();
     let result = match args.device.as_str() {
         "cpu" => run::<burn::backend::NdArray<f32>>(&args, Default::default()),

@@ -15,8 +15,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
 use burn::backend::NdArray;
 use clap::Parser;
@@ -47,6 +46,7 @@ struct Args {
 type Cpu = NdArray<f32>;
 
 fn main() {
+    common::tune_allocator();
     if let Err(e) = run(Args::parse()) {
         eprintln!("error: {e}");
         std::process::exit(1);

@@ -15,8 +15,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
 use burn::data::dataset::Dataset;
 use burn::tensor::backend::AutodiffBackend;
@@ -608,6 +607,7 @@ fn step_threads(args: &Args) -> usize {
 }
 
 fn main() {
+    common::tune_allocator();
     let args = Args::parse();
     let result = match args.device.as_str() {
         "cpu" => {

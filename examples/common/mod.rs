@@ -1,0 +1,31 @@
+//! Allocator set-up shared by the examples.
+
+/// mimalloc, tuned for a tensor workload: large temporary buffers are allocated and freed at
+/// every operation, so freed memory is kept committed for reuse instead of being handed back
+/// to the OS and faulted in (and zeroed) again at the next allocation.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+// mimalloc option numbers (`mi_option_e` in mimalloc.h, the version libmimalloc-sys 0.1.49
+// builds); libmimalloc-sys names only some of them.
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const ARENA_RESERVE: libmimalloc_sys::mi_option_t = 23;
+
+/// Applies the tuning; call first thing in `main`. An option set in the environment
+/// (`MIMALLOC_PURGE_DELAY`, ...) is left as the environment says.
+pub fn tune_allocator() {
+    // commit arena memory when it is reserved, never purge freed memory, and reserve arenas
+    // of 8 GiB of address space (committed only as used)
+    let settings = [
+        (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT", 1),
+        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", -1),
+        (ARENA_RESERVE, "MIMALLOC_ARENA_RESERVE", 8 * 1024 * 1024), // KiB
+    ];
+    for (option, env, value) in settings {
+        if std::env::var_os(env).is_none() {
+            // SAFETY: mimalloc's option setter only stores the value for later allocations.
+            unsafe { libmimalloc_sys::mi_option_set(option, value) };
+        }
+    }
+}
