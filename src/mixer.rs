@@ -331,10 +331,15 @@ pub struct Mamba2<B: Backend> {
 }
 
 /// The pieces of the in_proj output, before the convolution.
-struct Projected<B: Backend, const D: usize> {
-    z: Tensor<B, D>,
-    xbc: Tensor<B, D>,
-    dt: Tensor<B, D>,
+///
+/// # Shapes
+/// - z, x: `[t, d_inner]`, b, c: `[t, g·n]`, dt: `[t, h]` for `t` tokens
+struct Projected<B: Backend> {
+    z: Tensor<B, 2>,
+    x: Tensor<B, 2>,
+    b: Tensor<B, 2>,
+    c: Tensor<B, 2>,
+    dt: Tensor<B, 2>,
 }
 
 impl<B: Backend> Mamba2<B> {
@@ -431,23 +436,29 @@ impl<B: Backend> Mamba2<B> {
         }
         let (h, p, g, n) = (self.nheads, self.headdim, self.ngroups, self.d_state);
 
-        let Projected { z, xbc, dt } = self.project(x);
+        let Projected {
+            z,
+            x,
+            b: b_in,
+            c: c_in,
+            dt,
+        } = self.project(x.reshape([b * l, self.d_model]));
         let previous = match &state {
             Some(s) => s.conv.clone(),
-            None => Tensor::zeros(
-                [b, self.conv_dim(), self.d_conv],
-                (&xbc.device(), xbc.dtype()),
-            ),
+            None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&x.device(), x.dtype())),
         };
-        let (xbc, conv_state) = self.conv_sequence(xbc, previous);
-        let xs = xbc.clone().narrow(2, 0, self.d_inner).reshape([b, l, h, p]);
-        let b_mat = xbc
-            .clone()
-            .narrow(2, self.d_inner, g * n)
-            .reshape([b, l, g, n]);
-        let c_mat = xbc
-            .narrow(2, self.d_inner + g * n, g * n)
-            .reshape([b, l, g, n]);
+        let ([xs, b_mat, c_mat], conv_state) = self.conv_sequence(
+            [
+                x.reshape([b, l, self.d_inner]),
+                b_in.reshape([b, l, g * n]),
+                c_in.reshape([b, l, g * n]),
+            ],
+            previous,
+        );
+        let xs = xs.reshape([b, l, h, p]);
+        let b_mat = b_mat.reshape([b, l, g, n]);
+        let c_mat = c_mat.reshape([b, l, g, n]);
+        let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
         let dt = self.dt_activation(dt);
 
         let (y, ssm_state) = ssd::ssd_chunked(
@@ -492,7 +503,15 @@ impl<B: Backend> Mamba2<B> {
             self.d_conv,
         );
 
-        let Projected { z, xbc, dt } = self.project(x);
+        let Projected {
+            z,
+            x,
+            b: b_in,
+            c: c_in,
+            dt,
+        } = self.project(x);
+        // the raw xBC column [b, conv_dim]
+        let xbc = Tensor::cat(vec![x, b_in, c_in], 1);
         // shift the window left by one and append the new raw column
         let window = Tensor::cat(
             vec![state.conv.narrow(2, 1, k - 1), xbc.unsqueeze_dim::<3>(2)],
@@ -528,35 +547,73 @@ impl<B: Backend> Mamba2<B> {
         ))
     }
 
-    /// in_proj, then the split `[z | xBC | dt]` along the last dimension.
-    fn project<const D: usize>(&self, x: Tensor<B, D>) -> Projected<B, D> {
-        let zxbcdt = self.in_proj.forward(x);
-        let last = D - 1;
-        let conv_dim = self.conv_dim();
+    /// in_proj, as one product per piece of its output `[z | x | B | C | dt]`, each with its
+    /// columns of the weight: the pieces come out contiguous, and their gradients need no
+    /// full-width zero-padded buffers, as slices of one product's output would.
+    ///
+    /// # Shapes
+    /// - x: `[t, d_model]` for `t` tokens; returns the pieces as [`Projected`] states
+    fn project(&self, x: Tensor<B, 2>) -> Projected<B> {
+        let weight = self.in_proj.weight.val(); // [d_model, d_in_proj]
+        let bias = self.in_proj.bias.as_ref().map(|b| b.val());
+        let piece = |start: usize, len: usize| {
+            burn::tensor::module::linear(
+                x.clone(),
+                weight.clone().narrow(1, start, len),
+                bias.clone().map(|b| b.narrow(0, start, len)),
+            )
+        };
+        let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         Projected {
-            z: zxbcdt.clone().narrow(last, 0, self.d_inner),
-            xbc: zxbcdt.clone().narrow(last, self.d_inner, conv_dim),
-            dt: zxbcdt.narrow(last, self.d_inner + conv_dim, self.nheads),
+            z: piece(0, d_inner),
+            x: piece(d_inner, d_inner),
+            b: piece(2 * d_inner, gn),
+            c: piece(2 * d_inner + gn, gn),
+            dt: piece(2 * d_inner + 2 * gn, self.nheads),
         }
     }
 
     /// Depthwise causal convolution + SiLU over a sequence, continuing the raw window
-    /// `previous`:
-    /// `out[t, c] = silu(bias[c] + Σ_k w[c, k] · xBC[t - (K-1) + k, c])`.
+    /// `previous`: `out[t, c] = silu(bias[c] + Σ_k w[c, k] · xBC[t - (K-1) + k, c])`, on the
+    /// three pieces `x`, `B`, `C` of `xBC` (channels `[0, d_inner)`, then `g·n` each).
     ///
     /// # Shapes
-    /// - xbc: `[b, l, conv_dim]`, previous: `[b, conv_dim, d_conv]`
-    /// - returns `[b, l, conv_dim]` and the new window `[b, conv_dim, d_conv]`
+    /// - pieces: `[b, l, d_inner]`, `[b, l, g·n]`, `[b, l, g·n]`; previous: `[b, conv_dim, d_conv]`
+    /// - returns the pieces convolved (same shapes) and the new window `[b, conv_dim, d_conv]`
     fn conv_sequence(
+        &self,
+        pieces: [Tensor<B, 3>; 3],
+        previous: Tensor<B, 3>,
+    ) -> ([Tensor<B, 3>; 3], Tensor<B, 3>) {
+        let mut start = 0;
+        let mut windows = Vec::with_capacity(3);
+        let out = pieces.map(|piece| {
+            let width = piece.dims()[2];
+            let (out, window) =
+                self.conv_channels(piece, previous.clone().narrow(1, start, width), start);
+            start += width;
+            windows.push(window);
+            out
+        });
+        (out, Tensor::cat(windows, 1))
+    }
+
+    /// [`Self::conv_sequence`] on the channels `[first, first + c)` of `xBC`.
+    ///
+    /// # Shapes
+    /// - xbc: `[b, l, c]`, previous: `[b, c, d_conv]`
+    /// - returns `[b, l, c]` and the new window `[b, c, d_conv]`
+    fn conv_channels(
         &self,
         xbc: Tensor<B, 3>,
         previous: Tensor<B, 3>,
+        first: usize,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let [_, l, c] = xbc.dims();
         let k = self.d_conv;
         // the K-1 newest columns of the previous window, then the new ones: [b, K-1+l, c]
         let full = Tensor::cat(vec![previous.narrow(2, 1, k - 1).swap_dims(1, 2), xbc], 1);
-        let weight = self.conv1d.weight.val().reshape([c, k]);
+        let weight = self.conv1d.weight.val().narrow(0, first, c).reshape([c, k]);
         let mut out =
             full.clone().narrow(1, 0, l) * weight.clone().narrow(1, 0, 1).reshape([1, 1, c]);
         for j in 1..k {
@@ -564,7 +621,7 @@ impl<B: Backend> Mamba2<B> {
                 + full.clone().narrow(1, j, l) * weight.clone().narrow(1, j, 1).reshape([1, 1, c]);
         }
         if let Some(bias) = &self.conv1d.bias {
-            out = out + bias.val().reshape([1, 1, c]);
+            out = out + bias.val().narrow(0, first, c).reshape([1, 1, c]);
         }
         let window = full.narrow(1, l - 1, k).swap_dims(1, 2);
         (silu(out), window)
@@ -611,6 +668,10 @@ impl<B: Backend> Mamba2<B> {
             Some(norm) => norm.forward(y, z),
             None => y * silu(z),
         };
-        self.out_proj.forward(y)
+        // one product over all tokens rather than one per batch row
+        let [b, l, d] = y.dims();
+        self.out_proj
+            .forward(y.reshape([b * l, d]))
+            .reshape([b, l, self.d_model])
     }
 }
