@@ -503,15 +503,12 @@ impl<B: Backend> Mamba2<B> {
             self.d_conv,
         );
 
-        let Projected {
-            z,
-            x,
-            b: b_in,
-            c: c_in,
-            dt,
-        } = self.project(x);
-        // the raw xBC column [b, conv_dim]
-        let xbc = Tensor::cat(vec![x, b_in, c_in], 1);
+        // one product for the single token (five would cost five launches), then its slices
+        let zxbcdt = self.in_proj.forward(x);
+        let conv_dim = self.conv_dim();
+        let z = zxbcdt.clone().narrow(1, 0, self.d_inner);
+        let xbc = zxbcdt.clone().narrow(1, self.d_inner, conv_dim); // raw xBC [b, conv_dim]
+        let dt = zxbcdt.narrow(1, self.d_inner + conv_dim, h);
         // shift the window left by one and append the new raw column
         let window = Tensor::cat(
             vec![state.conv.narrow(2, 1, k - 1), xbc.unsqueeze_dim::<3>(2)],
