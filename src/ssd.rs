@@ -216,8 +216,10 @@ pub fn chunk_states<B: Backend>(
 ) -> Tensor<B, 6> {
     let q = a_cumsum.dims()[4];
     let last = a_cumsum.clone().narrow(4, q - 1, 1);
-    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(4); // [b, c, g, r, 1, q]
-    (decay_to_end * b_t.unsqueeze_dim::<6>(3)).matmul(x_dt)
+    // [b, c, g, r, q, 1]
+    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(5);
+    // Bᵀ of the group, shared by its r heads, times the decayed inputs
+    b_t.unsqueeze_dim::<6>(3).matmul(x_dt * decay_to_end)
 }
 
 /// Up to this many chunks, [`state_passing`] uses the matrix form; beyond, the loop.
