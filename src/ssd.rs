@@ -114,13 +114,7 @@ pub fn discretize<B: Backend>(
 /// - returns `[m, t, t]`
 pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     let [_, t] = a.dims();
-    // strict lower triangle (j < i) as 0/1 floats
-    let strict_lower = cast_to(
-        Tensor::<B, 2, Bool>::tril_mask([t, t], -1, &a.device())
-            .bool_not()
-            .float(),
-        a.dtype(),
-    );
+    let strict_lower = tril_ones::<B>(t, -1, a.dtype(), &a.device());
     // x[m, i, j] = a[m, i] for j < i, else 0; its cumsum over i is the segment sum
     (a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>()).cumsum(1)
 }
@@ -130,12 +124,23 @@ pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
 /// # Shapes
 /// - returns `[t, t]`
 pub fn lower_mask<B: Backend>(t: usize, dtype: DType, device: &B::Device) -> Tensor<B, 2> {
-    cast_to(
-        Tensor::<B, 2, Bool>::tril_mask([t, t], 0, device)
-            .bool_not()
-            .float(),
-        dtype,
-    )
+    tril_ones::<B>(t, 0, dtype, device)
+}
+
+/// 1 for `j ≤ i + diagonal`, 0 elsewhere, as floats of `dtype` (`diagonal` -1: the strict lower
+/// triangle, 0: with the diagonal).
+///
+/// # Shapes
+/// - returns `[t, t]`
+fn tril_ones<B: Backend>(
+    t: usize,
+    diagonal: i64,
+    dtype: DType,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    // tril_mask marks the entries outside the triangle
+    let mask = Tensor::<B, 2, Bool>::tril_mask([t, t], diagonal, device);
+    cast_to(mask.bool_not().float(), dtype)
 }
 
 /// The stable segment sum, exponentiated: the 1-semiseparable decay matrix of a sequence of
