@@ -549,7 +549,7 @@ impl<B: Backend> Mamba2<B> {
     /// full-width zero-padded buffers, as slices of one product's output would.
     ///
     /// # Shapes
-    /// - x: `[t, d_model]` for `t` tokens; returns the pieces as [`Projected`] states
+    /// - x: `[t, d_model]` for `t` tokens; returns the pieces (see [`Projected`])
     fn project(&self, x: Tensor<B, 2>) -> Projected<B> {
         let weight = self.in_proj.weight.val(); // [d_model, d_in_proj]
         let bias = self.in_proj.bias.as_ref().map(|b| b.val());

@@ -1,8 +1,8 @@
 //! Allocator set-up shared by the examples.
 
 /// mimalloc, tuned for a tensor workload: large temporary buffers are allocated and freed at
-/// every operation, so freed memory is kept committed for reuse instead of being handed back
-/// to the OS and faulted in (and zeroed) again at the next allocation.
+/// every operation, so freed memory is kept for reuse rather than purged back to the OS (fresh
+/// pages still have to be faulted in and zeroed when the process grows).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
