@@ -99,6 +99,22 @@ pub fn discretize<B: Backend>(
     (x_dt, da)
 }
 
+/// The inclusive cumulative sum of the log-decays within each chunk, `Acs[l] = Σ_{k ≤ l} dA[k]`,
+/// as one product with the `q × q` upper-triangular matrix of ones (each entry sums exactly the
+/// same terms as a running sum; the product runs as one matrix multiplication, where a
+/// cumulative sum along the last axis walks the tensor `q` times).
+///
+/// # Shapes
+/// - da: `[b, c, g, r, q]`; returns the same shape
+pub fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
+    let [b, c, g, r, q] = da.dims();
+    // upper[k, i] = 1 for k ≤ i
+    let upper = lower_mask::<B>(q, da.dtype(), &da.device()).transpose();
+    da.reshape([b * c * g * r, q])
+        .matmul(upper)
+        .reshape([b, c, g, r, q])
+}
+
 /// The stable segment sums of a sequence of log-decays, below the diagonal:
 /// `out[m, i, j] = Σ_{k=j+1}^{i} a[m, k]` for `i > j`, and 0 for `i ≤ j`.
 ///
@@ -155,7 +171,33 @@ fn tril_ones<B: Backend>(
 pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     let t = a.dims()[1];
     let lower = lower_mask::<B>(t, a.dtype(), &a.device());
-    segment_sums(a).exp() * lower.unsqueeze::<3>()
+    decay_matrix(a) * lower.unsqueeze::<3>()
+}
+
+/// The decay matrix of each row of log-decays, on and below the diagonal, and exactly 1 above
+/// it (finite everywhere; callers zero the upper triangle with [`lower_mask`]):
+/// `out[m, i, j] = exp(Σ_{k=j+1}^{i} a[m, k])` for `i ≥ j`.
+///
+/// With autodiff it is `exp` of the stable [`segment_sums`]. Without, it is the direct
+/// products `Π_{k=j+1}^{i} exp(a[m, k])` (a cumulative product over rows holding `exp(a[m, i])`
+/// below the diagonal and 1 elsewhere), which the spec allows as well: `exp` runs on `t` values
+/// per row instead of `t²`, and each entry is still formed from its own segment's terms only.
+/// The gradient of a cumulative product divides by its input, which underflows to 0 for
+/// strong decays, so the products serve inference only.
+///
+/// # Shapes
+/// - a: `[m, t]`
+/// - returns `[m, t, t]`
+pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+    if B::ad_enabled(&a.device()) {
+        return segment_sums(a).exp();
+    }
+    let [_, t] = a.dims();
+    let strict_lower = tril_ones::<B>(t, -1, a.dtype(), &a.device());
+    let rest = strict_lower.clone().neg() + 1.0;
+    // x[m, i, j] = exp(a[m, i]) for j < i, else 1; its cumulative product over i
+    (a.exp().unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>() + rest.unsqueeze::<3>())
+        .cumprod(1)
 }
 
 /// Right-pads the time axis (dim 1) with zeros to a multiple of `q`.
@@ -197,10 +239,8 @@ pub fn chunk_diagonal<B: Backend>(
     let lower = lower_mask::<B>(q, da.dtype(), &da.device());
     // causal C·Bᵀ per group: [b, c, g, 1, q(l), q(s)]
     let cb = (c_mat.matmul(b_t) * lower.unsqueeze::<5>()).unsqueeze_dim::<6>(3);
-    // decay exp(segsum) per head, 1 above the diagonal (zeroed by cb): [b, c, g, r, q, q]
-    let decay = segment_sums(da.reshape([b * c * g * r, q]))
-        .exp()
-        .reshape([b, c, g, r, q, q]);
+    // decay per head, 1 above the diagonal (zeroed by cb): [b, c, g, r, q, q]
+    let decay = decay_matrix(da.reshape([b * c * g * r, q])).reshape([b, c, g, r, q, q]);
     (decay * cb).matmul(x_dt)
 }
 
@@ -372,7 +412,7 @@ pub fn ssd_chunked<B: Backend>(
     let (x, dt, b_t, c_mat) = chunk(x, dt, b_mat, c_mat, q);
     let c = x.dims()[1];
     let (x_dt, da) = discretize(x, dt, a);
-    let a_cumsum = da.clone().cumsum(4);
+    let a_cumsum = chunk_cumsum(da.clone());
 
     // 1. diagonal blocks
     let y_diag = chunk_diagonal(x_dt.clone(), da, b_t.clone(), c_mat.clone());
@@ -388,8 +428,10 @@ pub fn ssd_chunked<B: Backend>(
     // 4. off-diagonal blocks
     let y_off = chunk_state_output(entering, a_cumsum, c_mat);
 
-    let y = (y_diag + y_off)
-        .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
+    // both terms viewed as [b, c, q, g, r, p]: the sum is written out in that order, so the
+    // reshape to the sequence layout is free
+    let to_sequence = [0, 1, 4, 2, 3, 5];
+    let y = (y_diag.permute(to_sequence) + y_off.permute(to_sequence))
         .reshape([b, c * q, h, p])
         .narrow(1, 0, l);
     let final_state = final_state.swap_dims(3, 4).reshape([b, h, p, n]);

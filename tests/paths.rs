@@ -448,3 +448,64 @@ fn state_passing_forms_agree() {
     assert_close("long chunked vs sequential: y", y1, y2);
     assert_close("long chunked vs sequential: state", s1, s2);
 }
+
+/// Both forms of the intra-chunk decay matrix (direct products without autodiff, the stable
+/// segment sum with it) against `exp(Σ a)` summed in f64, on strongly decaying rows (segment
+/// sums down to about -250, so entries span the whole f32 range and underflow).
+///
+/// Tolerance: on every entry of the lower triangle above 1e-30 (segment sums `s` above -69),
+/// relative error <= 1e-6 · (1 + |s|): `exp` turns an absolute error of the sum into a relative
+/// one, and f32 rounds `s` to about 6e-8 · |s|, so this allows some 16 roundings of the sum.
+/// Entries below 1e-30 must stay below 2e-30; the upper triangle is exactly 1 in both forms.
+#[test]
+fn decay_matrix_forms_match_f64_on_strong_decays() {
+    use burn::backend::Autodiff;
+    use mamba2_burn::ssd::decay_matrix;
+    B::seed(&dev(), 23);
+    for t in [64, 256] {
+        let m = 6;
+        let a: Tensor<B, 2> = Tensor::random([m, t], Distribution::Uniform(-2.0, 0.0), &dev());
+        let a_host: Vec<f32> = a.to_data().to_vec().unwrap();
+        let direct: Vec<f32> = decay_matrix(a.clone()).into_data().to_vec().unwrap();
+        let tracked = Tensor::<Autodiff<B>, 2>::from_inner(a).require_grad();
+        let stable: Vec<f32> = decay_matrix(tracked).inner().into_data().to_vec().unwrap();
+        for (form, got) in [
+            ("direct products", &direct),
+            ("stable segment sum", &stable),
+        ] {
+            let mut worst: f64 = 0.0;
+            for row in 0..m {
+                let a_row = &a_host[row * t..(row + 1) * t];
+                for i in 0..t {
+                    let mut sum = 0.0f64; // Σ_{k=j+1}^{i} a_k, growing as j goes down
+                    for j in (0..t).rev() {
+                        let v = got[(row * t + i) * t + j] as f64;
+                        if j > i {
+                            assert_eq!(v, 1.0, "{form}, t = {t}: [{i}, {j}] above the diagonal");
+                            continue;
+                        }
+                        if j < i {
+                            sum += a_row[j + 1] as f64;
+                        }
+                        let want = sum.exp();
+                        if want > 1e-30 {
+                            worst = worst.max((v - want).abs() / want / (1.0 + sum.abs()));
+                        } else {
+                            assert!(
+                                v < 2e-30,
+                                "{form}, t = {t}: [{i}, {j}] = {v:e}, want {want:e}"
+                            );
+                        }
+                    }
+                }
+            }
+            eprintln!(
+                "decay matrix, {form}, t = {t}: worst relative error / (1 + |s|) {worst:.2e}"
+            );
+            assert!(
+                worst <= 1e-6,
+                "{form}, t = {t}: relative error / (1 + |s|) {worst:.3e} > 1e-6"
+            );
+        }
+    }
+}
