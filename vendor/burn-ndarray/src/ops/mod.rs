@@ -13,6 +13,7 @@ pub(crate) mod adaptive_avgpool;
 pub(crate) mod avgpool;
 pub(crate) mod conv;
 pub(crate) mod deform_conv;
+pub(crate) mod exp;
 pub(crate) mod grid_sample;
 pub(crate) mod interpolate;
 pub(crate) mod macros;

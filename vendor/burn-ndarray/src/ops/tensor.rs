@@ -480,8 +480,9 @@ where
     }
 
     fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        // local change: vectorisable f32 exp (see ops/exp.rs)
         execute_with_float_dtype!(tensor, FloatElem, |array: SharedArray<FloatElem>| {
-            array.mapv_into(|a: FloatElem| a.exp_elem()).into_shared()
+            crate::ops::exp::exp(array)
         })
     }
 

@@ -1,0 +1,95 @@
+//! The CPU backend's kernels this crate relies on, where `vendor/burn-ndarray` changes them.
+//!
+//! `exp` in f32 (vectorised, `vendor/burn-ndarray/src/ops/exp.rs`): within 2 ulp of the exact
+//! value over the whole range (1 unit of the smallest subnormal below the normal range), exact
+//! at the special values, and the same on every memory layout.
+
+use burn::backend::NdArray;
+use burn::tensor::{Tensor, TensorData};
+
+type B = NdArray<f32>;
+
+fn exp_of(values: &[f32]) -> Vec<f32> {
+    let t = Tensor::<B, 1>::from_data(TensorData::from(values), &Default::default());
+    t.exp().into_data().to_vec().unwrap()
+}
+
+/// Error of `got` in units in the last place of the f32 nearest to `want`.
+fn ulp_error(got: f32, want: f64) -> f64 {
+    let min_normal = f32::MIN_POSITIVE as f64;
+    let ulp = if want < min_normal {
+        2f64.powi(-149)
+    } else {
+        2f64.powi(want.log2().floor() as i32 - 23)
+    };
+    (got as f64 - want).abs() / ulp
+}
+
+#[test]
+fn exp_f32_is_within_two_ulp() {
+    // every 2^-10 from -110 to 95, and every representable value in [-1e-3, 1e-3] steps
+    let mut xs: Vec<f32> = (0..(205 * 1024))
+        .map(|i| -110.0 + i as f32 / 1024.0)
+        .collect();
+    xs.extend((-1000..=1000).map(|i| i as f32 * 1e-6));
+    let got = exp_of(&xs);
+    let mut worst = (0.0f64, 0.0f32);
+    for (&x, &y) in xs.iter().zip(&got) {
+        let want = (x as f64).exp();
+        if want > f32::MAX as f64 {
+            assert_eq!(y, f32::INFINITY, "exp({x}) should overflow");
+            continue;
+        }
+        let e = ulp_error(y, want);
+        if e > worst.0 {
+            worst = (e, x);
+        }
+    }
+    eprintln!("exp f32: worst error {:.2} ulp at x = {}", worst.0, worst.1);
+    assert!(worst.0 <= 2.0, "exp({}) off by {:.2} ulp", worst.1, worst.0);
+}
+
+#[test]
+fn exp_f32_special_values_and_layouts() {
+    let special = [
+        0.0f32,
+        -0.0,
+        1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        89.0,
+        -104.0,
+        -200.0,
+    ];
+    let got = exp_of(&special);
+    assert_eq!(got[0], 1.0);
+    assert_eq!(got[1], 1.0);
+    assert!((got[2] - std::f32::consts::E).abs() <= f32::EPSILON * 3.0);
+    assert_eq!(got[3], f32::INFINITY);
+    assert_eq!(got[4], 0.0);
+    assert_eq!(got[5], f32::INFINITY);
+    assert_eq!(got[6], 0.0);
+    assert_eq!(got[7], 0.0);
+    assert!(exp_of(&[f32::NAN])[0].is_nan());
+
+    // contiguous, transposed (strided) and shared inputs give the same values
+    let dev = Default::default();
+    let values: Vec<f32> = (0..64 * 48)
+        .map(|i| (i as f32 * 0.37).sin() * 30.0)
+        .collect();
+    let t = Tensor::<B, 2>::from_data(TensorData::new(values, [64, 48]), &dev);
+    let plain: Vec<f32> = t.clone().exp().into_data().to_vec().unwrap();
+    let strided: Vec<f32> = t
+        .clone()
+        .swap_dims(0, 1)
+        .exp()
+        .swap_dims(0, 1)
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let kept = t.clone();
+    let shared: Vec<f32> = t.exp().into_data().to_vec().unwrap();
+    assert_eq!(plain, strided);
+    assert_eq!(plain, shared);
+    drop(kept);
+}
