@@ -428,12 +428,11 @@ pub fn ssd_chunked<B: Backend>(
     // 4. off-diagonal blocks
     let y_off = chunk_state_output(entering, a_cumsum, c_mat);
 
-    // both terms viewed as [b, c, q, g, r, p]: the sum is written out in that order, so the
-    // reshape to the sequence layout is free
-    let to_sequence = [0, 1, 4, 2, 3, 5];
-    let y = (y_diag.permute(to_sequence) + y_off.permute(to_sequence))
-        .reshape([b, c * q, h, p])
-        .narrow(1, 0, l);
+    let y = (y_diag + y_off)
+        .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
+        .reshape([b, c * q, h, p]);
+    // drop the padding (without padding no slice: its gradient would be a zero-filled copy)
+    let y = if c * q == l { y } else { y.narrow(1, 0, l) };
     let final_state = final_state.swap_dims(3, 4).reshape([b, h, p, n]);
     (cast_to(y, out_dtype), final_state)
 }
