@@ -26,8 +26,8 @@ pub(crate) fn matmul<E: NdArrayElement>(
     let num_r_batches = shape_rhs.num_elements() / r_mat_size;
     let num_out_batches = out_shape.num_elements() / out_mat_size;
 
-    let lhs_array = NdArrayOps::reshape(lhs, Shape::new([num_l_batches, m, k]));
-    let rhs_array = NdArrayOps::reshape(rhs, Shape::new([num_r_batches, k, n]));
+    let lhs_array = batched(lhs, num_l_batches, m, k);
+    let rhs_array = batched(rhs, num_r_batches, k, n);
 
     let alpha: E = 1.0.elem();
     let beta: E = 0.0.elem();
@@ -67,6 +67,30 @@ pub(crate) fn matmul<E: NdArrayElement>(
     });
 
     NdArrayOps::reshape(out, out_shape)
+}
+
+/// The array as `[batches, rows, cols]`. Local change (see `vendor/README.md`): an array whose
+/// last two axes are transposed (a standard-layout array with those axes swapped, as the
+/// gradients of a product produce) becomes a transposed view of its buffer instead of a
+/// standard-layout copy; `general_mat_mul` reads either layout (BLAS with a transpose flag).
+fn batched<E: NdArrayElement>(
+    array: SharedArray<E>,
+    batches: usize,
+    rows: usize,
+    cols: usize,
+) -> SharedArray<E> {
+    let ndims = array.ndim();
+    if !array.is_standard_layout() {
+        let mut swapped = array.clone();
+        swapped.swap_axes(ndims - 2, ndims - 1);
+        if swapped.is_standard_layout() {
+            drop(array);
+            let mut out = NdArrayOps::reshape(swapped, Shape::new([batches, cols, rows]));
+            out.swap_axes(1, 2);
+            return out;
+        }
+    }
+    NdArrayOps::reshape(array, Shape::new([batches, rows, cols]))
 }
 
 #[derive(Debug, PartialEq)]
