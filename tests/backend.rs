@@ -1,8 +1,10 @@
 //! The CPU backend's kernels this crate relies on, where `vendor/burn-ndarray` changes them.
 //!
-//! `exp` in f32 (vectorised, `vendor/burn-ndarray/src/ops/exp.rs`): within 2 ulp of the exact
-//! value over the whole range (1 unit of the smallest subnormal below the normal range), exact
-//! at the special values, and the same on every memory layout.
+//! - `exp` in f32 (vectorised, `vendor/burn-ndarray/src/ops/exp.rs`): within 2 ulp of the
+//!   exact value over the whole range (1 unit of the smallest subnormal below the normal
+//!   range), exact at the special values, and the same on every memory layout.
+//! - `cumsum` / `cumprod` (accumulated in place): equal to a running sum / product along every
+//!   axis, exactly (same operations in the same order).
 
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
@@ -92,4 +94,33 @@ fn exp_f32_special_values_and_layouts() {
     assert_eq!(plain, strided);
     assert_eq!(plain, shared);
     drop(kept);
+}
+
+#[test]
+fn cumulative_ops_along_every_axis() {
+    let dev = Default::default();
+    let dims = [3usize, 4, 5];
+    let values: Vec<f32> = (0..60).map(|i| 1.0 + ((i * 7) % 11) as f32 * 0.1).collect();
+    let t = Tensor::<B, 3>::from_data(TensorData::new(values.clone(), dims), &dev);
+    let at = |v: &[f32], i: usize, j: usize, k: usize| v[(i * dims[1] + j) * dims[2] + k];
+    for axis in 0..3 {
+        let sum: Vec<f32> = t.clone().cumsum(axis).into_data().to_vec().unwrap();
+        let prod: Vec<f32> = t.clone().cumprod(axis).into_data().to_vec().unwrap();
+        for i in 0..dims[0] {
+            for j in 0..dims[1] {
+                for k in 0..dims[2] {
+                    let idx = [i, j, k];
+                    let (mut s, mut p) = (0.0f32, 1.0f32);
+                    for step in 0..=idx[axis] {
+                        let mut src = idx;
+                        src[axis] = step;
+                        s += at(&values, src[0], src[1], src[2]);
+                        p *= at(&values, src[0], src[1], src[2]);
+                    }
+                    assert_eq!(at(&sum, i, j, k), s, "cumsum axis {axis} at {idx:?}");
+                    assert_eq!(at(&prod, i, j, k), p, "cumprod axis {axis} at {idx:?}");
+                }
+            }
+        }
+    }
 }
