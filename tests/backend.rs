@@ -5,6 +5,7 @@
 //!   range), exact at the special values, and the same on every memory layout.
 //! - `cumsum` / `cumprod` (accumulated in place): equal to a running sum / product along every
 //!   axis, exactly (same operations in the same order).
+//! - slices (views of the sliced tensor's buffer): writing to either never changes the other.
 
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
@@ -123,4 +124,36 @@ fn cumulative_ops_along_every_axis() {
             }
         }
     }
+}
+
+#[test]
+fn slices_are_copy_on_write() {
+    let dev = Default::default();
+    let values: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let t = Tensor::<B, 2>::from_data(TensorData::new(values.clone(), [4, 6]), &dev);
+    let rows = t.clone().narrow(0, 1, 2); // rows 1..3
+    let cols = t.clone().narrow(1, 2, 3); // columns 2..5
+                                          // in-place candidates on the views, then on the original while the views live
+    let rows_plus: Vec<f32> = (rows.clone() + 100.0).into_data().to_vec().unwrap();
+    let cols_times: Vec<f32> = (cols.clone() * 2.0).into_data().to_vec().unwrap();
+    let t_minus: Vec<f32> = (t.clone() - 1.0).into_data().to_vec().unwrap();
+    assert_eq!(
+        rows_plus,
+        values[6..18].iter().map(|v| v + 100.0).collect::<Vec<_>>()
+    );
+    let want_cols: Vec<f32> = (0..4)
+        .flat_map(|r| (2..5).map(move |c| (r * 6 + c) as f32 * 2.0))
+        .collect();
+    assert_eq!(cols_times, want_cols);
+    assert_eq!(t_minus, values.iter().map(|v| v - 1.0).collect::<Vec<_>>());
+    // the original and the views are unchanged
+    let t_now: Vec<f32> = t.into_data().to_vec().unwrap();
+    assert_eq!(t_now, values);
+    let rows_now: Vec<f32> = rows.into_data().to_vec().unwrap();
+    assert_eq!(rows_now, values[6..18].to_vec());
+    let cols_now: Vec<f32> = cols.into_data().to_vec().unwrap();
+    let want: Vec<f32> = (0..4)
+        .flat_map(|r| (2..5).map(move |c| (r * 6 + c) as f32))
+        .collect();
+    assert_eq!(cols_now, want);
 }

@@ -577,7 +577,15 @@ macro_rules! slice {
     };
     ($tensor:expr, $slices:expr, $($variant:ident),*) => {
         match $tensor {
-            $(NdArrayTensor::$variant(s) => { NdArrayOps::slice(s.view(), $slices).into() })*
+            // local change: an owned array is sliced as a view of its shared buffer (no copy;
+            // copy-on-write as for every shared array), borrowed storage is copied as before
+            $(NdArrayTensor::$variant(s) => {
+                if s.is_owned() {
+                    NdArrayOps::slice_shared(s.into_shared(), $slices).into()
+                } else {
+                    NdArrayOps::slice(s.view(), $slices).into()
+                }
+            })*
         }
     };
 }

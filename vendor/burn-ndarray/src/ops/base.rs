@@ -63,6 +63,12 @@ where
         tensor.slice_move(slices.as_slice()).to_shared()
     }
 
+    /// [`Self::slice`] of a shared array, as a view of the same buffer.
+    pub fn slice_shared(tensor: SharedArray<E>, slices: &[Slice]) -> SharedArray<E> {
+        let slices = Self::to_slice_args_with_steps(slices, tensor.shape().num_dims());
+        tensor.slice_move(slices.as_slice())
+    }
+
     pub fn slice_assign(
         tensor: SharedArray<E>,
         slices: &[Slice],
