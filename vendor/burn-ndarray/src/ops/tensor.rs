@@ -59,8 +59,8 @@ where
     }
 
     // local change: zeros as a zeroed ndarray buffer; the default builds a `TensorData` element
-    // by element and converts it (about 7 times slower), and autodiff calls this for the
-    // gradient of every slice
+    // by element and converts it (about 12 times slower, see vendor/README.md), and autodiff
+    // calls this for the gradient of every slice
     fn float_zeros(shape: Shape, device: &NdArrayDevice, dtype: FloatDType) -> FloatTensor<Self> {
         let dims = ndarray::IxDyn(&shape);
         match dtype {
