@@ -90,14 +90,13 @@ pub(crate) fn exp<E: NdArrayElement>(array: SharedArray<E>) -> SharedArray<E> {
     }
     // SAFETY: E is f32 (checked above); the crate's SIMD paths cast the same way.
     let array = unsafe { core::mem::transmute::<SharedArray<E>, SharedArray<f32>>(array) };
-    let out = match array.as_slice() {
+    let out = if array.is_standard_layout() {
         // a shared buffer is copied first (into_owned), then updated in place
-        Some(_) => {
-            let mut owned = array.into_owned();
-            exp_in_place(owned.as_slice_mut().expect("contiguous"));
-            owned.into_shared()
-        }
-        None => array.mapv_into(exp_f32).into_shared(),
+        let mut owned = array.into_owned();
+        exp_in_place(owned.as_slice_mut().expect("standard layout"));
+        owned.into_shared()
+    } else {
+        array.mapv_into(exp_f32).into_shared()
     };
     // SAFETY: as above
     unsafe { core::mem::transmute::<SharedArray<f32>, SharedArray<E>>(out) }
