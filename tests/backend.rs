@@ -6,9 +6,12 @@
 //! - `cumsum` / `cumprod` (accumulated in place): equal to a running sum / product along every
 //!   axis, exactly (same operations in the same order).
 //! - slices (views of the sliced tensor's buffer): writing to either never changes the other.
+//! - `matmul` in f32 and f64 (the `gemm` crate without BLAS): within the dot-product error
+//!   bound of an exact product, for standard, transposed and broadcast operands, odd sizes, and
+//!   products large enough to be split over threads.
 
 use burn::backend::NdArray;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 
 type B = NdArray<f32>;
 
@@ -156,4 +159,111 @@ fn slices_are_copy_on_write() {
         .flat_map(|r| (2..5).map(move |c| (r * 6 + c) as f32))
         .collect();
     assert_eq!(cols_now, want);
+}
+
+/// Deterministic values in [-1, 1) from an index (no random generator: every run sees the same
+/// operands).
+fn pattern(len: usize, seed: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| {
+            let x = (i * 2_654_435_761 + seed * 40_503) % 1_000_003;
+            x as f64 / 500_001.5 - 1.0
+        })
+        .collect()
+}
+
+/// `lhs · rhs` of `[batch, m, k]` and `[batch, k, n]` (batch 1 broadcast) row-major values, in
+/// f64, with the sum of |products| of each entry (the scale of its rounding error).
+fn reference_product(
+    lhs: &[f64],
+    rhs: &[f64],
+    [bl, br, m, k, n]: [usize; 5],
+) -> (Vec<f64>, Vec<f64>) {
+    let batch = bl.max(br);
+    let (mut out, mut scale) = (vec![0.0; batch * m * n], vec![0.0; batch * m * n]);
+    for z in 0..batch {
+        let (zl, zr) = (if bl == 1 { 0 } else { z }, if br == 1 { 0 } else { z });
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut a) = (0.0, 0.0);
+                for t in 0..k {
+                    let p = lhs[(zl * m + i) * k + t] * rhs[(zr * k + t) * n + j];
+                    s += p;
+                    a += p.abs();
+                }
+                out[(z * m + i) * n + j] = s;
+                scale[(z * m + i) * n + j] = a;
+            }
+        }
+    }
+    (out, scale)
+}
+
+/// Checks `matmul` in `dtype` for the given sizes, with each operand either stored as is or
+/// stored transposed and swapped back (a strided view).
+fn check_matmul(dims: [usize; 5], dtype: DType) {
+    let eps = match dtype {
+        DType::F64 => f64::EPSILON,
+        _ => f32::EPSILON as f64,
+    };
+    let dev = Default::default();
+    let [bl, br, m, k, n] = dims;
+    let (lhs, rhs) = (pattern(bl * m * k, 1), pattern(br * k * n, 2));
+    let (want, scale) = reference_product(&lhs, &rhs, dims);
+    let transpose = |v: &[f64], batch: usize, rows: usize, cols: usize| -> Vec<f64> {
+        let mut t = vec![0.0; v.len()];
+        for z in 0..batch {
+            for i in 0..rows {
+                for j in 0..cols {
+                    t[(z * cols + j) * rows + i] = v[(z * rows + i) * cols + j];
+                }
+            }
+        }
+        t
+    };
+    let tensor = |v: Vec<f64>, shape: [usize; 3], transposed: bool| -> Tensor<B, 3> {
+        if transposed {
+            let [z, r, c] = shape;
+            let stored = TensorData::new(transpose(&v, z, r, c), [z, c, r]);
+            Tensor::<B, 3>::from_data(stored, (&dev, dtype)).swap_dims(1, 2)
+        } else {
+            Tensor::<B, 3>::from_data(TensorData::new(v, shape), (&dev, dtype))
+        }
+    };
+    for (lt, rt) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = tensor(lhs.clone(), [bl, m, k], lt);
+        let b = tensor(rhs.clone(), [br, k, n], rt);
+        let product = a.matmul(b);
+        assert_eq!(product.dtype(), dtype);
+        let got: Vec<f64> = product.into_data().convert::<f64>().to_vec().unwrap();
+        assert_eq!(got.len(), want.len());
+        // a dot product of k terms rounds to within about k·eps of the sum of |terms|; 2k·eps
+        // leaves room for the inputs' own rounding to the element type
+        let bound = 2.0 * k as f64 * eps;
+        for (idx, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+            assert!(
+                (g - w).abs() <= bound * s + f64::MIN_POSITIVE,
+                "{dims:?} transposed ({lt}, {rt}) at {idx}: got {g}, want {w} (bound {})",
+                bound * s
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_matches_an_exact_product() {
+    // [lhs batch, rhs batch, m, k, n]
+    for dims in [
+        [1, 1, 1, 1, 1],
+        [1, 1, 37, 129, 65],  // odd sizes, remainders of every kernel block
+        [4, 4, 64, 64, 64],   // batched, as the SSD's chunk products
+        [1, 3, 16, 33, 8],    // lhs broadcast over the batch
+        [5, 1, 7, 300, 9],    // rhs broadcast, long dot products
+        [1, 1, 256, 96, 160], // one product split over threads
+        [2, 2, 3, 2, 1],
+    ] {
+        check_matmul(dims, DType::F32);
+    }
+    check_matmul([2, 2, 33, 70, 17], DType::F64);
+    check_matmul([1, 1, 200, 64, 200], DType::F64);
 }

@@ -32,6 +32,7 @@ pub(crate) fn matmul<E: NdArrayElement>(
     let alpha: E = 1.0.elem();
     let beta: E = 0.0.elem();
 
+    let parallelism = gemm_parallelism(num_out_batches, m, n, k);
     let out = run_par!(|| {
         let mut out_array = ndarray::Array3::<E>::zeros((num_out_batches, m, n));
         let unsafe_shared_out_array = UnsafeSharedRef::new(&mut out_array);
@@ -53,13 +54,16 @@ pub(crate) fn matmul<E: NdArrayElement>(
                     .get()
                     .slice_mut(s!(out_batch, .., ..));
 
-                ndarray::linalg::general_mat_mul(
-                    alpha,
-                    &lhs_slice,
-                    &rhs_slice,
-                    beta,
-                    &mut out_slice,
-                )
+                // local change (see `vendor/README.md`): f32 / f64 through `gemm`
+                if !gemm_product(&lhs_slice, &rhs_slice, &mut out_slice, parallelism) {
+                    ndarray::linalg::general_mat_mul(
+                        alpha,
+                        &lhs_slice,
+                        &rhs_slice,
+                        beta,
+                        &mut out_slice,
+                    )
+                }
             }
         });
 
@@ -67,6 +71,81 @@ pub(crate) fn matmul<E: NdArrayElement>(
     });
 
     NdArrayOps::reshape(out, out_shape)
+}
+
+/// Whether the products go through BLAS (ndarray's `general_mat_mul` calls it for f32 and f64).
+const BLAS: bool = cfg!(any(
+    feature = "blas-accelerate",
+    feature = "blas-netlib",
+    feature = "blas-openblas",
+    feature = "blas-openblas-system"
+));
+
+/// Threads of each `gemm` call: the batch loop already runs on rayon's pool, so a product is
+/// split over threads only when there are fewer matrices than threads and it is large.
+fn gemm_parallelism(batches: usize, m: usize, n: usize, k: usize) -> gemm::Parallelism {
+    #[cfg(feature = "multi-threads")]
+    {
+        let threads = rayon::current_num_threads();
+        if threads > 1 && batches < threads && m * n * k >= 1 << 21 {
+            return gemm::Parallelism::Rayon(threads);
+        }
+    }
+    let _ = (batches, m, n, k);
+    gemm::Parallelism::None
+}
+
+/// Local change (see `vendor/README.md`): `out = lhs · rhs` by the `gemm` crate for `f32` and
+/// `f64` when no BLAS is configured: its kernels use AVX-512 where the CPU has it (picked at
+/// run time; matrixmultiply, which `general_mat_mul` calls otherwise, stops at AVX2) and read
+/// both operands through their strides. Returns `false`, writing nothing, for other element
+/// types or with BLAS.
+fn gemm_product<E: NdArrayElement>(
+    lhs: &ndarray::ArrayView2<E>,
+    rhs: &ndarray::ArrayView2<E>,
+    out: &mut ndarray::ArrayViewMut2<E>,
+    parallelism: gemm::Parallelism,
+) -> bool {
+    use core::any::TypeId;
+    let id = TypeId::of::<E>();
+    if BLAS || (id != TypeId::of::<f32>() && id != TypeId::of::<f64>()) {
+        return false;
+    }
+    let (m, k) = lhs.dim();
+    let n = rhs.dim().1;
+    if m == 0 || n == 0 || k == 0 {
+        // the output is already zeros
+        return true;
+    }
+    let (ls, rs) = (lhs.strides(), rhs.strides());
+    let os = [out.strides()[0], out.strides()[1]];
+    // SAFETY: E is f32 or f64 (checked above), which gemm supports; the pointers and strides
+    // describe the three views, whose extents are m × k, k × n and m × n; `out` is borrowed
+    // mutably and does not overlap the operands (a fresh output array).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            os[1],
+            os[0],
+            false,
+            lhs.as_ptr(),
+            ls[1],
+            ls[0],
+            rhs.as_ptr(),
+            rs[1],
+            rs[0],
+            E::from_elem(0.0),
+            E::from_elem(1.0),
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    true
 }
 
 /// The array as `[batches, rows, cols]`. Local change (see `vendor/README.md`): an array whose
