@@ -36,15 +36,26 @@ pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = x.dtype();
     let x = upcast(x);
-    // a broadcast one-element numerator: no full-size constant tensor to build
-    let one = Tensor::<B, D>::ones([1; D], (&x.device(), x.dtype()));
-    cast_to(one / (x.neg().exp() + 1.0), dtype)
+    let denominator = x.neg().exp() + 1.0;
+    // a full-size numerator, so that the quotient is an element-wise division of two tensors
+    // of one shape, which burn-ndarray vectorises (a broadcast one-element numerator took its
+    // generic path, 2.5 times slower)
+    cast_to(denominator.ones_like() / denominator, dtype)
 }
 
-/// `silu(x) = x · sigmoid(x)` (also called swish).
+/// `silu(x) = x · sigmoid(x)` (also called swish). Without autodiff it is computed as
+/// `x / (1 + e⁻ˣ)` (one rounding less; the gradient of that quotient would go through
+/// burn-ndarray's approximate `recip`, see [`sigmoid`]).
 ///
 /// # Shapes
 /// - any; returns the same shape
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    x.clone() * sigmoid(x)
+    if B::ad_enabled(&x.device()) {
+        return x.clone() * sigmoid(x);
+    }
+    // without a gradient to keep exact, one division instead of a quotient and a product
+    let dtype = x.dtype();
+    let x = upcast(x);
+    let denominator = x.clone().neg().exp() + 1.0;
+    cast_to(x / denominator, dtype)
 }

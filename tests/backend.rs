@@ -6,6 +6,7 @@
 //! - `cumsum` / `cumprod` (accumulated in place): equal to a running sum / product along every
 //!   axis, exactly (same operations in the same order).
 //! - slices (views of the sliced tensor's buffer): writing to either never changes the other.
+//! - `zeros`, `ones`, `full` (filled in place): every element the value, in f32 and f64.
 //! - `matmul` in f32 and f64 (the `gemm` crate without BLAS): within the dot-product error
 //!   bound of an exact product, for standard, transposed and broadcast operands, odd sizes, and
 //!   products large enough to be split over threads.
@@ -266,4 +267,31 @@ fn matmul_matches_an_exact_product() {
     }
     check_matmul([2, 2, 33, 70, 17], DType::F64);
     check_matmul([1, 1, 200, 64, 200], DType::F64);
+}
+
+#[test]
+fn constant_tensors_are_filled() {
+    let dev = Default::default();
+    for dtype in [DType::F32, DType::F64] {
+        let shape = [3, 5, 7];
+        let cases = [
+            (Tensor::<B, 3>::zeros(shape, (&dev, dtype)), 0.0),
+            (Tensor::<B, 3>::ones(shape, (&dev, dtype)), 1.0),
+            (Tensor::<B, 3>::full(shape, -2.5, (&dev, dtype)), -2.5),
+            (
+                Tensor::<B, 3>::full(shape, 0.1, (&dev, dtype)).ones_like(),
+                1.0,
+            ),
+        ];
+        for (t, want) in cases {
+            assert_eq!(t.dtype(), dtype);
+            assert_eq!(t.dims(), shape);
+            let got: Vec<f64> = t.into_data().convert::<f64>().to_vec().unwrap();
+            assert_eq!(got.len(), 105);
+            assert!(
+                got.iter().all(|&v| v == want),
+                "{dtype:?}: {got:?} != {want}"
+            );
+        }
+    }
 }

@@ -70,6 +70,30 @@ where
         }
     }
 
+    // local change: ones and constant tensors filled in place, as zeros above (the default
+    // builds a `TensorData` element by element)
+    fn float_ones(shape: Shape, device: &NdArrayDevice, dtype: FloatDType) -> FloatTensor<Self> {
+        Self::float_full(shape, Scalar::from(1.0f64), device, dtype)
+    }
+
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &NdArrayDevice,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        let dims = ndarray::IxDyn(&shape);
+        match dtype {
+            FloatDType::F64 => ndarray::ArrayD::<f64>::from_elem(dims, fill_value.elem())
+                .into_shared()
+                .into(),
+            FloatDType::F32 => ndarray::ArrayD::<f32>::from_elem(dims, fill_value.elem())
+                .into_shared()
+                .into(),
+            _ => Self::float_from_data(TensorData::full_dtype(shape, fill_value, dtype.into()), device),
+        }
+    }
+
     fn float_random(
         shape: Shape,
         distribution: Distribution,
