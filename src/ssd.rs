@@ -193,12 +193,17 @@ pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     if B::ad_enabled(&a.device()) {
         return segment_sums(a).exp();
     }
-    let [_, t] = a.dims();
+    let [m, t] = a.dims();
     let strict_lower = tril_ones::<B>(t, -1, a.dtype(), &a.device());
     let rest = strict_lower.clone().neg() + 1.0;
+    // exp(a[m, i]) in every column j, as one product with a row of ones (each entry exactly
+    // exp(a[m, i]) · 1), so that the masking below writes in place into a full-size tensor: the
+    // product of the two broadcast operands took burn-ndarray's generic path (m 4,096, t 64:
+    // 11.1 ms against 4.0 + 4.4 ms)
+    let ones = Tensor::<B, 2>::ones([1, t], (&a.device(), a.dtype()));
+    let rows = a.exp().reshape([m * t, 1]).matmul(ones).reshape([m, t, t]);
     // x[m, i, j] = exp(a[m, i]) for j < i, else 1; its cumulative product over i
-    (a.exp().unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>() + rest.unsqueeze::<3>())
-        .cumprod(1)
+    (rows * strict_lower.unsqueeze::<3>() + rest.unsqueeze::<3>()).cumprod(1)
 }
 
 /// Right-pads the time axis (dim 1) with zeros to a multiple of `q`.

@@ -141,6 +141,12 @@ fn slices_are_copy_on_write() {
     let rows_plus: Vec<f32> = (rows.clone() + 100.0).into_data().to_vec().unwrap();
     let cols_times: Vec<f32> = (cols.clone() * 2.0).into_data().to_vec().unwrap();
     let t_minus: Vec<f32> = (t.clone() - 1.0).into_data().to_vec().unwrap();
+    // a broadcast sum in place (by value) on the views and on the original
+    let row = Tensor::<B, 2>::from_data(TensorData::new(vec![0.5f32; 3], [1, 3]), &dev);
+    let cols_plus: Vec<f32> = (cols.clone() + row.clone()).into_data().to_vec().unwrap();
+    let column = Tensor::<B, 2>::from_data(TensorData::new(vec![0.25f32; 4], [4, 1]), &dev);
+    let t_plus: Vec<f32> = (t.clone() + column).into_data().to_vec().unwrap();
+    assert_eq!(t_plus, values.iter().map(|v| v + 0.25).collect::<Vec<_>>());
     assert_eq!(
         rows_plus,
         values[6..18].iter().map(|v| v + 100.0).collect::<Vec<_>>()
@@ -149,6 +155,8 @@ fn slices_are_copy_on_write() {
         .flat_map(|r| (2..5).map(move |c| (r * 6 + c) as f32 * 2.0))
         .collect();
     assert_eq!(cols_times, want_cols);
+    let want_cols_plus: Vec<f32> = want_cols.iter().map(|v| v / 2.0 + 0.5).collect();
+    assert_eq!(cols_plus, want_cols_plus);
     assert_eq!(t_minus, values.iter().map(|v| v - 1.0).collect::<Vec<_>>());
     // the original and the views are unchanged
     let t_now: Vec<f32> = t.into_data().to_vec().unwrap();

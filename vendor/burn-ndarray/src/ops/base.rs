@@ -749,7 +749,10 @@ where
             E, VecAdd, lhs, rhs, u8, i8, u16, i16, u32, i32, f32, u64, i64, f64
         );
 
-        let array = &lhs + &rhs;
+        // local change: by value, as `sub`, `mul` and `div` below: ndarray adds in place into
+        // `lhs` when it has the result's shape (copying it first only if it is shared); by
+        // reference it always allocated and took the generic element-by-element path
+        let array = lhs + rhs;
         array.into_shared()
     }
 
