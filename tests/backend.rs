@@ -137,7 +137,8 @@ fn slices_are_copy_on_write() {
     let t = Tensor::<B, 2>::from_data(TensorData::new(values.clone(), [4, 6]), &dev);
     let rows = t.clone().narrow(0, 1, 2); // rows 1..3
     let cols = t.clone().narrow(1, 2, 3); // columns 2..5
-                                          // in-place candidates on the views, then on the original while the views live
+
+    // in-place candidates on the views, then on the original while the views live
     let rows_plus: Vec<f32> = (rows.clone() + 100.0).into_data().to_vec().unwrap();
     let cols_times: Vec<f32> = (cols.clone() * 2.0).into_data().to_vec().unwrap();
     let t_minus: Vec<f32> = (t.clone() - 1.0).into_data().to_vec().unwrap();

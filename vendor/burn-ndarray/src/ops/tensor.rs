@@ -90,7 +90,10 @@ where
             FloatDType::F32 => ndarray::ArrayD::<f32>::from_elem(dims, fill_value.elem())
                 .into_shared()
                 .into(),
-            _ => Self::float_from_data(TensorData::full_dtype(shape, fill_value, dtype.into()), device),
+            _ => Self::float_from_data(
+                TensorData::full_dtype(shape, fill_value, dtype.into()),
+                device,
+            ),
         }
     }
 
