@@ -12,16 +12,75 @@ use crate::ssd::{cast_to, upcast};
 /// Above this, `softplus(x) = x` to within `2e-9` (the reference kernels' threshold).
 const SOFTPLUS_THRESHOLD: f64 = 20.0;
 
-/// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`: exact, with the
-/// exact derivative everywhere but at the single point `x = 20`.
+/// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`: exact, never
+/// overflowing, with the exact derivative `sigmoid(x)` everywhere but at the single point
+/// `x = 20`.
+///
+/// With autodiff the derivative is supplied as `sigmoid(x)` ([`with_derivative`]) instead of
+/// being left to the backward of `log1p`, which multiplies by `recip(1 + eˣ)`: burn-ndarray
+/// computes `recip` with the approximate SIMD reciprocal (12 bits with AVX2, 14 with AVX-512),
+/// and every gradient that flows through `dt` (`dt_bias`, `A_log`, the dt columns of in_proj)
+/// would carry that error.
 ///
 /// # Shapes
 /// - any; returns the same shape
 pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = x.dtype();
     let x = upcast(x);
-    let y = x.clone().clamp_max(SOFTPLUS_THRESHOLD).exp().log1p() + relu(x - SOFTPLUS_THRESHOLD);
+    let value = x
+        .clone()
+        .detach()
+        .clamp_max(SOFTPLUS_THRESHOLD)
+        .exp()
+        .log1p()
+        + relu(x.clone().detach() - SOFTPLUS_THRESHOLD);
+    let y = if B::ad_enabled(&x.device()) {
+        let derivative = sigmoid(x.clone().detach());
+        with_derivative(value, x, derivative)
+    } else {
+        value
+    };
     cast_to(y, dtype)
+}
+
+/// `log_softmax(x)` along `dim`: `x - max - ln Σ exp(x - max)`, with the exact gradient.
+///
+/// Burn's `log_softmax` takes the log of the row sums, whose backward multiplies by their
+/// `recip` (approximate on burn-ndarray, see [`softplus`]). Here the log-sum-exp gets its
+/// derivative, the softmax `exp(x - lse)`, supplied directly ([`with_derivative`]), so the
+/// gradient involves no reciprocal at all.
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn log_softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tensor<B, D> {
+    let detached = x.clone().detach();
+    let max = detached.clone().max_dim(dim);
+    let shifted = detached - max.clone();
+    let lse = shifted.clone().exp().sum_dim(dim).log() + max;
+    if !B::ad_enabled(&x.device()) {
+        return x - lse;
+    }
+    // d lse / d x = softmax(x) = exp(x - lse), summed into the row's log-sum-exp
+    let softmax = (x.clone().detach() - lse.clone()).exp();
+    let lse = lse + ((x.clone() - x.clone().detach()) * softmax).sum_dim(dim);
+    x - lse
+}
+
+/// `value` (computed from `x` without tracking) made differentiable in `x` with the given
+/// element-wise derivative: `value + (x - x̄) · derivative`, `x̄` being `x` detached. The second
+/// term is exactly zero (so the result equals `value` bit for bit) and its gradient is
+/// `derivative · grad`. Only first derivatives are right (the derivative itself is constant to
+/// autodiff), which is all training needs.
+///
+/// # Shapes
+/// - value, x, derivative: one shape (or broadcastable to `x`'s); returns `x`'s shape
+fn with_derivative<B: Backend, const D: usize>(
+    value: Tensor<B, D>,
+    x: Tensor<B, D>,
+    derivative: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let zero = (x.clone() - x.detach()) * derivative.detach();
+    value.detach() + zero
 }
 
 /// `sigmoid(x) = 1 / (1 + e⁻ˣ)`.

@@ -1,6 +1,8 @@
 //! Bad input gets a typed error that names the offending thing: invalid configs, wrong input
 //! shapes, broken checkpoints. Also: this crate's own records round-trip exactly.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
@@ -39,6 +41,7 @@ fn shape_name(err: Mamba2Error) -> &'static str {
 
 #[test]
 fn invalid_configs_are_errors() {
+    let _rng = common::seeded(20);
     let base = Mamba2Config::new(32).with_d_state(8).with_headdim(16);
     let field = |c: Mamba2Config| config_field(c.init::<B>(&dev()).unwrap_err());
     assert_eq!(field(base.clone().with_headdim(24)), "headdim"); // d_inner 64 % 24 != 0
@@ -87,6 +90,7 @@ fn invalid_configs_are_errors() {
 
 #[test]
 fn wrong_input_shapes_are_errors() {
+    let _rng = common::seeded(21);
     let config = Mamba2Config::new(32)
         .with_d_state(8)
         .with_headdim(16)
@@ -424,6 +428,7 @@ fn configs_of_both_formats_are_read() {
 
 #[test]
 fn own_records_round_trip() {
+    let _rng = common::seeded(22);
     let mixer = Mamba2Config::new(16)
         .with_d_state(8)
         .with_headdim(8)

@@ -1,17 +1,22 @@
-//! Finite-difference gradient checks in f64 (`Autodiff<NdArray<f64>>`): autodiff gradients of
-//! the chunked SSD and of the whole mixer against central differences.
+//! Gradient checks in f64 (`Autodiff<NdArray<f64>>`): autodiff gradients of the chunked SSD and
+//! of the whole mixer against central differences, and a training step spread over threads
+//! against the whole batch's.
 //!
-//! Tolerance: |autodiff - finite difference| <= 1e-6 x the largest autodiff gradient of that
-//! tensor (central differences with step 1e-6 are accurate to about 1e-9 here).
+//! Tolerance of the finite differences: |autodiff - finite difference| <= 1e-6 x the largest
+//! autodiff gradient of that tensor (central differences with step 1e-6 are accurate to about
+//! 1e-9 here). The spread step: see [`REORDERED_SUM_TOL`].
 //!
 //! This file is its own test binary: the float type of the NdArray device is process-wide, and
 //! it must be f64 before the first tensor exists.
+
+mod common;
 
 use std::sync::Once;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor, TensorData};
 use mamba2_burn::ssd::ssd_chunked;
 use mamba2_burn::{Mamba2, Mamba2Config, Mamba2State};
@@ -248,7 +253,7 @@ impl ModuleMapper<B> for Perturb {
 fn mixer_gradients_match_finite_differences() {
     let mut rng = StdRng::seed_from_u64(11);
     let device = dev();
-    B::seed(&device, 11);
+    let _rng = common::seeded(11);
     let config = Mamba2Config::new(8)
         .with_d_state(4)
         .with_headdim(4)
@@ -314,4 +319,116 @@ fn mixer_gradients_match_finite_differences() {
         }));
     }
     eprintln!("mixer finite-difference check: worst relative error {worst:.2e}");
+}
+
+/// Collects every parameter's gradient in `grads`.
+struct StepGrads<'a>(&'a GradientsParams, Vec<f64>);
+
+impl ModuleVisitor<B> for StepGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let grad = self
+            .0
+            .get::<NdArray<f64>, D>(param.id)
+            .expect("a gradient for every parameter");
+        self.1.extend(grad.into_data().to_vec::<f64>().unwrap());
+    }
+}
+
+/// Every parameter's gradient of `model` in `grads`, in visiting order.
+fn grads_of<M: Module<B>>(model: &M, grads: &GradientsParams) -> Vec<f64> {
+    let mut visitor = StepGrads(grads, Vec::new());
+    model.visit(&mut visitor);
+    visitor.1
+}
+
+/// The whole batch and its slices compute the same sums in another order (the slices' losses
+/// weighted and added, every weight gradient summed over fewer rows at a time), so in `f64`
+/// they differ by rounding alone. A reordered sum of `k` terms moves by at most `k·u·Σ|terms|`
+/// (`u = 2⁻⁵³`); with sums of at most 2¹² terms (batch · length · width here) and gradients
+/// whose terms add up to at most 2¹⁰ times the largest gradient, that is below `2⁻³¹ ≈ 5e-10`
+/// of the largest gradient. A slice weighted wrongly, or a lost row, is off by 1e-2 or more.
+const REORDERED_SUM_TOL: f64 = 5e-10;
+
+fn assert_close(a: &[f64], b: &[f64], what: &str) {
+    assert_eq!(a.len(), b.len());
+    let scale = a.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let worst = a.iter().zip(b).fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+    assert!(scale > 0.0, "{what}: all-zero gradients");
+    eprintln!(
+        "{what}: worst difference {:.2e} of the largest gradient",
+        worst / scale
+    );
+    assert!(
+        worst <= REORDERED_SUM_TOL * scale,
+        "{what}: worst difference {worst:e} against largest gradient {scale}"
+    );
+}
+
+#[test]
+fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::tensor::{Distribution, Int, TensorData};
+    use burn::train::TrainStep;
+    use mamba2_burn::data::copy::{self, CopyConfig};
+    use mamba2_burn::train::RegressionBatch;
+    use mamba2_burn::{Mamba2BackboneConfig, Mamba2LmConfig, Mamba2RegressorConfig};
+
+    let _rng = common::seeded(13);
+    let copy_task = || CopyConfig {
+        vocab_size: 10,
+        seq_len: 32,
+        n_data: 4,
+    };
+    let mixer = Mamba2Config::new(32)
+        .with_d_state(16)
+        .with_headdim(16)
+        .with_chunk_size(8);
+    let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer.clone()), 10)
+        .with_pad_vocab_size_multiple(8);
+    // LM: 5 rows (slices of 2, 2 and 1 rows) with different numbers of scored positions
+    let model = lm.init::<B>(&dev()).unwrap();
+    let mut batch = mamba2_burn::data::SequenceBatcher {
+        ignore_index: Some(copy::NOISE as usize),
+    }
+    .batch((0..5).map(|i| copy_task().example(3, i)).collect(), &dev());
+    let [b, l] = batch.targets.dims();
+    let mut targets = batch
+        .targets
+        .to_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .unwrap();
+    for t in targets.iter_mut().take(l + l / 2) {
+        *t = copy::NOISE; // row 0 unscored, row 1 half scored
+    }
+    batch.targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [b, l]), &dev());
+    let whole = TrainStep::step(&model, batch.clone());
+    let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
+    assert_close(
+        &grads_of(&model, &spread.grads),
+        &grads_of(&model, &whole.grads),
+        "LM gradients",
+    );
+    let loss = |out: &burn::train::TrainOutput<burn::train::SequenceOutput<B>>| {
+        out.item.loss.clone().into_scalar()
+    };
+    assert!((loss(&spread) - loss(&whole)).abs() <= REORDERED_SUM_TOL * loss(&whole));
+    assert_eq!(spread.item.logits.dims(), whole.item.logits.dims());
+
+    // regressor: 4 rows over 2 threads
+    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8);
+    let model = Mamba2RegressorConfig::new(3, 2, Mamba2BackboneConfig::new(1, mixer))
+        .init::<B>(&dev())
+        .unwrap();
+    let batch = RegressionBatch {
+        inputs: Tensor::random([4, 12, 3], Distribution::Normal(0.0, 1.0), &dev()),
+        targets: Tensor::random([4, 2], Distribution::Normal(0.0, 1.0), &dev()),
+    };
+    let whole = TrainStep::step(&model, batch.clone());
+    let spread = TrainStep::step(&model.clone().with_step_threads(2), batch);
+    assert_close(
+        &grads_of(&model, &spread.grads),
+        &grads_of(&model, &whole.grads),
+        "regressor gradients",
+    );
 }

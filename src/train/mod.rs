@@ -41,8 +41,8 @@ pub use runner::{
 };
 pub use schedule::WarmupCosineLr;
 
+use crate::activation::log_softmax;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};

@@ -448,8 +448,8 @@ fn score_batch<B: burn::tensor::backend::Backend>(
     ignore_index: Option<usize>,
     device: &B::Device,
 ) -> crate::Result<(f64, i64, i64)> {
+    use crate::activation::log_softmax;
     use burn::data::dataloader::batcher::Batcher;
-    use burn::tensor::activation::log_softmax;
     let batch: super::LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
     let (logits, _) = model.forward(batch.inputs, None)?;
     let [b, l, v] = logits.dims();
