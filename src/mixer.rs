@@ -7,7 +7,7 @@ use burn::nn::{Linear, PaddingConfig1d};
 use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::activation::{silu, softplus};
+use crate::activation::{silu, softplus, softplus_clamped};
 use crate::error::{check_shape, Mamba2Error};
 use crate::norm::{RmsNormGated, RmsNormGatedConfig};
 use crate::ssd::{self, upcast};
@@ -629,15 +629,12 @@ impl<B: Backend> Mamba2<B> {
     /// # Shapes
     /// - dt: `[..., h]`; returns the same shape
     fn dt_activation<const D: usize>(&self, dt: Tensor<B, D>) -> Tensor<B, D> {
-        let dt = softplus(upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>());
+        let x = upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>();
         let (min, max) = self.dt_limit;
-        if max.is_finite() {
-            dt.clamp(min, max)
-        } else if min > 0.0 {
-            dt.clamp_min(min)
-        } else {
-            dt
+        if !(min > 0.0 || max.is_finite()) {
+            return softplus(x);
         }
+        softplus_clamped(x, min, max)
     }
 
     /// `A = -exp(A_log)`, `[h]`, in f32 or wider.

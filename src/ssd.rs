@@ -243,8 +243,12 @@ pub fn chunk_diagonal<B: Backend>(
 ) -> Tensor<B, 6> {
     let [b, c, g, r, q] = da.dims();
     let lower = lower_mask::<B>(q, da.dtype(), &da.device());
-    // causal C·Bᵀ per group: [b, c, g, 1, q(l), q(s)]
-    let cb = (c_mat.matmul(b_t) * lower.unsqueeze::<5>()).unsqueeze_dim::<6>(3);
+    // causal C·Bᵀ per group: [b, c, g, 1, q(l), q(s)]. The mask is expanded to the product's
+    // full shape: burn-fusion 0.21 fuses an element-wise op into the product that precedes it,
+    // and got this product wrong when the mask was broadcast from `[1, 1, 1, q, q]` (Wgpu and
+    // Cuda, with autodiff; an expanded view, or a fusion boundary between the two, is right).
+    let cb = c_mat.matmul(b_t);
+    let cb = (cb.clone() * lower.unsqueeze::<5>().expand(cb.dims())).unsqueeze_dim::<6>(3);
     // decay per head, 1 above the diagonal (zeroed by cb): [b, c, g, r, q, q]
     let decay = decay_matrix(da.reshape([b * c * g * r, q])).reshape([b, c, g, r, q, q]);
     (decay * cb).matmul(x_dt)
@@ -297,9 +301,12 @@ pub fn state_passing<B: Backend>(
     initial: Tensor<B, 5>,
 ) -> (Tensor<B, 6>, Tensor<B, 5>) {
     // the matrix form costs O(c²) but its gradient needs no per-chunk slices; without autodiff
-    // the loop's O(c) wins
+    // the loop's O(c) wins. With one head per group (r = 1) burn-cubecl 0.21 (Wgpu, Cuda; with
+    // and without fusion) computes the matrix form's gradient of the chunk decays wrong (dt and
+    // A off by 2–20%; tests/reference.rs, case dtlimit_groups4), so those take the loop.
+    let [_, c, _, r, _, _] = states.dims();
     let tracked = B::ad_enabled(&states.device());
-    if tracked && states.dims()[1] <= STATE_PASSING_MATRIX_MAX_CHUNKS {
+    if tracked && r > 1 && c <= STATE_PASSING_MATRIX_MAX_CHUNKS {
         state_passing_matrix(states, chunk_decay, initial)
     } else {
         state_passing_loop(states, chunk_decay, initial)

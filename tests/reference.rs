@@ -5,6 +5,12 @@
 //! Tolerances (max abs error relative to the largest magnitude of the expected tensor):
 //! forward values and states 1e-4, gradients 1e-3.
 //!
+//! Every backend that is built runs the same cases: burn-ndarray always; with `--features wgpu`
+//! also Burn's Wgpu backend (burn-cubecl, the code path of burn-cuda too), both as `Wgpu`
+//! (with kernel fusion, what `burn::backend::Wgpu` and `Cuda` are) and as the plain
+//! `CubeBackend` without fusion. The Wgpu cases run in both orders, forward and backward
+//! through the case list, since fused kernels are cached across cases.
+//!
 //! `MAMBA2_REFERENCE_DIR=DIR cargo test --release --test reference` checks every case folder in
 //! DIR instead of `tests/fixtures/reference`.
 
@@ -15,14 +21,12 @@ use std::path::{Path, PathBuf};
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{ModuleVisitor, Param};
 use burn::store::{ModuleStore, SafetensorsStore};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use mamba2_burn::train::masked_cross_entropy;
 use mamba2_burn::{
     load_backbone, load_lm, pytorch_name, read_config, BackboneState, CheckpointFormat,
 };
-
-type B = Autodiff<NdArray<f32>>;
 
 const FORWARD_TOL: f64 = 1e-4;
 const GRAD_TOL: f64 = 1e-3;
@@ -47,11 +51,7 @@ impl Expected {
         self.0.get(name)
     }
 
-    fn float<const D: usize>(
-        &self,
-        name: &str,
-        dev: &<B as burn::tensor::backend::BackendTypes>::Device,
-    ) -> Tensor<B, D> {
+    fn float<B: Backend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D> {
         let data = self
             .0
             .get(name)
@@ -59,11 +59,7 @@ impl Expected {
         Tensor::from_data(data.clone().convert::<f32>(), dev)
     }
 
-    fn int<const D: usize>(
-        &self,
-        name: &str,
-        dev: &<B as burn::tensor::backend::BackendTypes>::Device,
-    ) -> Tensor<B, D, Int> {
+    fn int<B: Backend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D, Int> {
         let data = self
             .0
             .get(name)
@@ -132,13 +128,13 @@ impl Report {
 }
 
 /// Collects the gradient of every float parameter, by module path.
-struct GradCollector<'a> {
-    grads: &'a <B as AutodiffBackend>::Gradients,
+struct GradCollector<'a, B: AutodiffBackend> {
+    grads: &'a B::Gradients,
     path: Vec<String>,
     out: BTreeMap<String, TensorData>,
 }
 
-impl ModuleVisitor<B> for GradCollector<'_> {
+impl<B: AutodiffBackend> ModuleVisitor<B> for GradCollector<'_, B> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -168,10 +164,10 @@ fn transpose(data: TensorData) -> TensorData {
 
 /// Compares every parameter gradient with `grad.<checkpoint name>`; every expected gradient
 /// must be matched by one of ours.
-fn compare_grads<M: burn::module::Module<B>>(
+fn compare_grads<B: AutodiffBackend, M: burn::module::Module<B>>(
     report: &mut Report,
     model: &M,
-    grads: &<B as AutodiffBackend>::Gradients,
+    grads: &B::Gradients,
     expected: &Expected,
     format: CheckpointFormat,
     prefix: &str,
@@ -205,12 +201,17 @@ fn compare_grads<M: burn::module::Module<B>>(
     }
 }
 
-fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
-    let dev = Default::default();
+fn check_lm_case<B: AutodiffBackend>(
+    dir: &Path,
+    expected: &Expected,
+    report: &mut Report,
+    dev: &B::Device,
+) {
+    let dev = dev.clone();
     let (config, format) = read_config(dir).expect("config");
     let model = load_lm::<B>(dir, &dev).expect("checkpoint loads");
     let n_layer = config.backbone.n_layer;
-    let ids = expected.int::<2>("input_ids", &dev);
+    let ids = expected.int::<B, 2>("input_ids", &dev);
     let [b, l] = ids.dims();
 
     // full forward: logits, per-layer outputs, hidden states, states after the prompt
@@ -263,7 +264,7 @@ fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
     // single-token decode from the prompt's state
     if let Some(dec) = expected.get("decode_ids") {
         let dec: Tensor<B, 2, Int> = Tensor::from_data(dec.clone().convert::<i64>(), &dev);
-        let want = expected.float::<3>("decode_logits", &dev);
+        let want = expected.float::<B, 3>("decode_logits", &dev);
         let mut state: BackboneState<B> = state_api;
         for t in 0..dec.dims()[1] {
             let tok = dec.clone().narrow(1, t, 1).reshape([b]);
@@ -294,11 +295,16 @@ fn check_lm_case(dir: &Path, expected: &Expected, report: &mut Report) {
     }
 }
 
-fn check_backbone_case(dir: &Path, expected: &Expected, report: &mut Report) {
-    let dev = Default::default();
+fn check_backbone_case<B: AutodiffBackend>(
+    dir: &Path,
+    expected: &Expected,
+    report: &mut Report,
+    dev: &B::Device,
+) {
+    let dev = dev.clone();
     let (config, format) = read_config(dir).expect("config");
     let backbone = load_backbone::<B>(dir, &dev).expect("checkpoint loads");
-    let x = expected.float::<3>("inputs_embeds", &dev);
+    let x = expected.float::<B, 3>("inputs_embeds", &dev);
     let (layers, _) = backbone.forward_layers(x.clone(), None).expect("forward");
     for (i, out) in layers.iter().enumerate() {
         report.compare(
@@ -342,42 +348,87 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-#[test]
-fn reference_cases() {
+/// Checks every case in `root` on backend `B` (in reverse order with `reverse`), printing each
+/// case's worst errors under the backend's `name`; the names of the failed cases.
+fn check_cases<B: AutodiffBackend>(name: &str, dev: &B::Device, reverse: bool) -> Vec<String> {
     let root = match std::env::var_os("MAMBA2_REFERENCE_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference"),
     };
-    let dirs = case_dirs(&root);
+    let mut dirs = case_dirs(&root);
     assert!(
         !dirs.is_empty(),
         "no reference case folders (config.json + expected.safetensors) in {}",
         root.display()
     );
+    if reverse {
+        dirs.reverse();
+    }
     let mut failed = Vec::new();
     let mut stderr = std::io::stderr();
     for dir in &dirs {
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let case = dir.file_name().unwrap().to_string_lossy().to_string();
         let expected = Expected::read(&dir.join("expected.safetensors"));
         let mut report = Report::default();
         if expected.get("inputs_embeds").is_some() {
-            check_backbone_case(dir, &expected, &mut report);
+            check_backbone_case::<B>(dir, &expected, &mut report, dev);
         } else {
-            check_lm_case(dir, &expected, &mut report);
+            check_lm_case::<B>(dir, &expected, &mut report, dev);
         }
         // written to the real stderr so that the summary shows without --nocapture
         writeln!(
             stderr,
-            "reference case {name}: {} tensors; worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
+            "reference case {case} on {name}: {} tensors; worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
             report.checked, report.worst_forward.0, report.worst_forward.1, report.worst_grad.0, report.worst_grad.1
         )
         .unwrap();
         for f in &report.failures {
-            writeln!(stderr, "  FAIL {name}: {f}").unwrap();
+            writeln!(stderr, "  FAIL {case} on {name}: {f}").unwrap();
         }
         if !report.failures.is_empty() {
-            failed.push(name);
+            failed.push(case);
         }
     }
-    assert!(failed.is_empty(), "reference cases failed: {failed:?}");
+    failed
+}
+
+#[test]
+fn reference_cases() {
+    let failed = check_cases::<Autodiff<NdArray<f32>>>("ndarray", &Default::default(), false);
+    assert!(
+        failed.is_empty(),
+        "reference cases failed on ndarray: {failed:?}"
+    );
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use super::*;
+    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::backend::Wgpu;
+
+    /// Burn's Wgpu backend as users get it: `Fusion<CubeBackend<..>>`.
+    type Fused = Autodiff<Wgpu<f32, i32>>;
+    /// The same without kernel fusion.
+    type Unfused = Autodiff<CubeBackend<WgpuRuntime, f32, i32, u32>>;
+
+    fn both_orders<B: AutodiffBackend<Device = WgpuDevice>>(name: &str) {
+        let dev = WgpuDevice::default();
+        let mut failed = check_cases::<B>(name, &dev, false);
+        failed.extend(check_cases::<B>(&format!("{name}, reversed"), &dev, true));
+        assert!(
+            failed.is_empty(),
+            "reference cases failed on {name}: {failed:?}"
+        );
+    }
+
+    #[test]
+    fn reference_cases_wgpu_fused() {
+        both_orders::<Fused>("wgpu (fused)");
+    }
+
+    #[test]
+    fn reference_cases_wgpu_unfused() {
+        both_orders::<Unfused>("wgpu (unfused)");
+    }
 }
