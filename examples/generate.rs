@@ -52,7 +52,7 @@ struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Device: cpu, or cuda (needs the `cuda` feature).
+    /// Device: cpu, wgpu (needs the `wgpu` feature) or cuda (needs the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
 }
@@ -123,17 +123,11 @@ fn main() {
     let args = Args::parse();
     let result = match args.device.as_str() {
         "cpu" => run::<burn::backend::NdArray<f32>>(&args, Default::default()),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => run::<burn::backend::Wgpu<f32>>(&args, Default::default()),
         #[cfg(feature = "cuda")]
         "cuda" => run::<burn::backend::Cuda<f32>>(&args, Default::default()),
-        other => Err(format!(
-            "unknown --device {other:?} (cpu{})",
-            if cfg!(feature = "cuda") {
-                ", cuda"
-            } else {
-                "; build with --features cuda for cuda"
-            }
-        )
-        .into()),
+        other => Err(common::unknown_device(other)),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

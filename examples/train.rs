@@ -96,7 +96,7 @@ struct Args {
     /// Continue the run in --artifacts from its last checkpoint.
     #[arg(long)]
     resume: bool,
-    /// cpu, or cuda (with the `cuda` feature).
+    /// cpu, wgpu (with the `wgpu` feature) or cuda (with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Threads each training step spreads its batch over (default: the available cores on
@@ -613,19 +613,15 @@ fn main() {
         "cpu" => {
             run::<burn::backend::Autodiff<burn::backend::NdArray<f32>>>(&args, Default::default())
         }
+        #[cfg(feature = "wgpu")]
+        "wgpu" => {
+            run::<burn::backend::Autodiff<burn::backend::Wgpu<f32>>>(&args, Default::default())
+        }
         #[cfg(feature = "cuda")]
         "cuda" => {
             run::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(&args, Default::default())
         }
-        other => Err(format!(
-            "unknown --device {other:?} (cpu{})",
-            if cfg!(feature = "cuda") {
-                ", cuda"
-            } else {
-                "; build with --features cuda for cuda"
-            }
-        )
-        .into()),
+        other => Err(common::unknown_device(other)),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -1,4 +1,4 @@
-//! Allocator set-up shared by the examples.
+//! Allocator set-up and the `--device` choices shared by the examples.
 
 /// mimalloc, tuned for a tensor workload: large temporary buffers are allocated and freed at
 /// every operation, so freed memory is kept for reuse rather than purged back to the OS (fresh
@@ -28,4 +28,22 @@ pub fn tune_allocator() {
             unsafe { libmimalloc_sys::mi_option_set(option, value) };
         }
     }
+}
+
+/// The error for a `--device` this build does not have, listing the ones it has.
+#[allow(dead_code)]
+pub fn unknown_device(name: &str) -> Box<dyn std::error::Error> {
+    let mut built = vec!["cpu"];
+    if cfg!(feature = "wgpu") {
+        built.push("wgpu");
+    }
+    if cfg!(feature = "cuda") {
+        built.push("cuda");
+    }
+    format!(
+        "unknown --device {name:?}: this build has {} (wgpu and cuda come with the cargo \
+         features of those names)",
+        built.join(", ")
+    )
+    .into()
 }
