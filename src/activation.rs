@@ -27,13 +27,7 @@ const SOFTPLUS_THRESHOLD: f64 = 20.0;
 pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = x.dtype();
     let x = upcast(x);
-    let value = x
-        .clone()
-        .detach()
-        .clamp_max(SOFTPLUS_THRESHOLD)
-        .exp()
-        .log1p()
-        + relu(x.clone().detach() - SOFTPLUS_THRESHOLD);
+    let value = softplus_value(x.clone().detach());
     let y = if B::ad_enabled(&x.device()) {
         let derivative = sigmoid(x.clone().detach());
         with_derivative(value, x, derivative)
@@ -41,6 +35,11 @@ pub fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         value
     };
     cast_to(y, dtype)
+}
+
+/// The value of [`softplus`], untracked: `ln(1 + e^min(x, 20)) + max(x - 20, 0)`.
+fn softplus_value<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.clone().clamp_max(SOFTPLUS_THRESHOLD).exp().log1p() + relu(x - SOFTPLUS_THRESHOLD)
 }
 
 /// `clamp(softplus(x), min, max)`, with the derivative `sigmoid(x)` where
@@ -61,7 +60,7 @@ pub fn softplus_clamped<B: Backend, const D: usize>(
     let dtype = x.dtype();
     let x = upcast(x);
     let detached = x.clone().detach();
-    let softplus_x = softplus(detached.clone());
+    let softplus_x = softplus_value(detached.clone());
     let value = softplus_x.clone().clamp(min, max);
     let y = if B::ad_enabled(&x.device()) {
         let inside = softplus_x.clone().greater_equal_elem(min).float()

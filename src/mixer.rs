@@ -631,10 +631,11 @@ impl<B: Backend> Mamba2<B> {
     fn dt_activation<const D: usize>(&self, dt: Tensor<B, D>) -> Tensor<B, D> {
         let x = upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>();
         let (min, max) = self.dt_limit;
-        if !(min > 0.0 || max.is_finite()) {
-            return softplus(x);
+        if (DtLimit { min, max }).is_active() {
+            softplus_clamped(x, min, max)
+        } else {
+            softplus(x)
         }
-        softplus_clamped(x, min, max)
     }
 
     /// `A = -exp(A_log)`, `[h]`, in f32 or wider.

@@ -248,7 +248,8 @@ pub fn chunk_diagonal<B: Backend>(
     // and got this product wrong when the mask was broadcast from `[1, 1, 1, q, q]` (Wgpu and
     // Cuda, with autodiff; an expanded view, or a fusion boundary between the two, is right).
     let cb = c_mat.matmul(b_t);
-    let cb = (cb.clone() * lower.unsqueeze::<5>().expand(cb.dims())).unsqueeze_dim::<6>(3);
+    let mask = lower.unsqueeze::<5>().expand(cb.dims());
+    let cb = (cb * mask).unsqueeze_dim::<6>(3);
     // decay per head, 1 above the diagonal (zeroed by cb): [b, c, g, r, q, q]
     let decay = decay_matrix(da.reshape([b * c * g * r, q])).reshape([b, c, g, r, q, q]);
     (decay * cb).matmul(x_dt)

@@ -374,7 +374,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     use mamba2_burn::{Mamba2BackboneConfig, Mamba2LmConfig, Mamba2RegressorConfig};
 
     let _rng = common::seeded(13);
-    let copy_task = || CopyConfig {
+    let copy_task = CopyConfig {
         vocab_size: 10,
         seq_len: 32,
         n_data: 4,
@@ -383,14 +383,14 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
         .with_d_state(16)
         .with_headdim(16)
         .with_chunk_size(8);
-    let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer.clone()), 10)
+    let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 10)
         .with_pad_vocab_size_multiple(8);
     // LM: 5 rows (slices of 2, 2 and 1 rows) with different numbers of scored positions
     let model = lm.init::<B>(&dev()).unwrap();
     let mut batch = mamba2_burn::data::SequenceBatcher {
         ignore_index: Some(copy::NOISE as usize),
     }
-    .batch((0..5).map(|i| copy_task().example(3, i)).collect(), &dev());
+    .batch((0..5).map(|i| copy_task.example(3, i)).collect(), &dev());
     let [b, l] = batch.targets.dims();
     let mut targets = batch
         .targets
