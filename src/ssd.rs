@@ -119,9 +119,13 @@ pub fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
 /// The stable segment sums of a sequence of log-decays, below the diagonal:
 /// `out[m, i, j] = Σ_{k=j+1}^{i} a[m, k]` for `i > j`, and 0 for `i ≤ j`.
 ///
-/// Each entry is summed from the segment's own terms (a cumulative sum over a
-/// strictly-lower-triangular copy of `a`), never as a difference of two prefix sums, so its
-/// error is relative to the segment, not to the whole sequence. `exp` of it is the decay
+/// Each entry is summed from the segment's own terms, never as a difference of two prefix
+/// sums, so its error is relative to the segment, not to the whole sequence (the log-decays are
+/// all ≤ 0: no cancellation). It is one batched product of the `t × t` lower-triangular matrix
+/// of ones with the strictly-lower-triangular copies of `a`, `x[m, k, j] = a[m, k]` for
+/// `j < k`: every product term is exact (a factor 1 or 0), and a matrix product runs well on
+/// every backend, where a cumulative sum along an axis is a naive kernel on burn-cubecl (each
+/// output re-reads its prefix; its backward runs it again). `exp` of it is the decay
 /// matrix on and below the diagonal and exactly 1 above it, finite everywhere: callers zero the
 /// upper triangle with a multiplicative mask ([`lower_mask`]), so no infinity ever enters the
 /// graph and gradients stay finite.
@@ -130,10 +134,13 @@ pub fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
 pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
-    let [_, t] = a.dims();
-    let strict_lower = tril_ones::<B>(t, -1, a.dtype(), &a.device());
-    // x[m, i, j] = a[m, i] for j < i, else 0; its cumsum over i is the segment sum
-    (a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>()).cumsum(1)
+    let t = a.dims()[1];
+    let (dtype, device) = (a.dtype(), a.device());
+    let strict_lower = tril_ones::<B>(t, -1, dtype, &device);
+    let lower = lower_mask::<B>(t, dtype, &device);
+    // x[m, k, j] = a[m, k] for j < k, else 0; out[m, i, j] = Σ_{k ≤ i} x[m, k, j]
+    let x = a.unsqueeze_dim::<3>(2) * strict_lower.unsqueeze::<3>();
+    lower.unsqueeze::<3>().matmul(x)
 }
 
 /// The causal mask of a `t × t` block: 1 for `j ≤ i`, 0 above the diagonal.
@@ -177,33 +184,14 @@ pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
 
 /// The decay matrix of each row of log-decays, on and below the diagonal, and exactly 1 above
 /// it (finite everywhere; callers zero the upper triangle with [`lower_mask`]):
-/// `out[m, i, j] = exp(Σ_{k=j+1}^{i} a[m, k])` for `i ≥ j`.
-///
-/// With autodiff it is `exp` of the stable [`segment_sums`]. Without, it is the direct
-/// products `Π_{k=j+1}^{i} exp(a[m, k])` (a cumulative product over rows holding `exp(a[m, i])`
-/// below the diagonal and 1 elsewhere), which the spec allows as well: `exp` runs on `t` values
-/// per row instead of `t²`, and each entry is still formed from its own segment's terms only.
-/// The gradient of a cumulative product divides by its input, which underflows to 0 for
-/// strong decays, so the products serve inference only.
+/// `out[m, i, j] = exp(Σ_{k=j+1}^{i} a[m, k])` for `i ≥ j`, `exp` of the stable
+/// [`segment_sums`].
 ///
 /// # Shapes
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
 pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
-    if B::ad_enabled(&a.device()) {
-        return segment_sums(a).exp();
-    }
-    let [m, t] = a.dims();
-    let strict_lower = tril_ones::<B>(t, -1, a.dtype(), &a.device());
-    let rest = strict_lower.clone().neg() + 1.0;
-    // exp(a[m, i]) in every column j, as one product with a row of ones (each entry exactly
-    // exp(a[m, i]) · 1), so that the masking below writes in place into a full-size tensor: the
-    // product of the two broadcast operands took burn-ndarray's generic path (m 4,096, t 64:
-    // 11.1 ms against 4.0 + 4.4 ms)
-    let ones = Tensor::<B, 2>::ones([1, t], (&a.device(), a.dtype()));
-    let rows = a.exp().reshape([m * t, 1]).matmul(ones).reshape([m, t, t]);
-    // x[m, i, j] = exp(a[m, i]) for j < i, else 1; its cumulative product over i
-    (rows * strict_lower.unsqueeze::<3>() + rest.unsqueeze::<3>()).cumprod(1)
+    segment_sums(a).exp()
 }
 
 /// Right-pads the time axis (dim 1) with zeros to a multiple of `q`.
@@ -292,7 +280,8 @@ pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 /// passing does), whose cost grows linearly with the sequence length.
 ///
 /// # Shapes
-/// - states: `[b, c, g, r, n, p]`, chunk_decay: `[b, c, g, r]` (sum of dA over each chunk),
+/// - states: `[b, c, g, r, n, p]`, chunk_decay: `[b, g, r, c]` (sum of dA over each chunk, per
+///   head),
 ///   initial: `[b, g, r, n, p]` (the state transposed, as [`chunk_states`] returns it; the
 ///   recurrence is element-wise in the last two dimensions, so either order works)
 /// - returns the entering states `[b, c, g, r, n, p]` and the final state `[b, g, r, n, p]`
@@ -302,12 +291,10 @@ pub fn state_passing<B: Backend>(
     initial: Tensor<B, 5>,
 ) -> (Tensor<B, 6>, Tensor<B, 5>) {
     // the matrix form costs O(c²) but its gradient needs no per-chunk slices; without autodiff
-    // the loop's O(c) wins. With one head per group (r = 1) burn-cubecl 0.21 (Wgpu, Cuda; with
-    // and without fusion) computes the matrix form's gradient of the chunk decays wrong (dt and
-    // A off by 2–20%; tests/reference.rs, case dtlimit_groups4), so those take the loop.
-    let [_, c, _, r, _, _] = states.dims();
+    // the loop's O(c) wins
+    let c = states.dims()[1];
     let tracked = B::ad_enabled(&states.device());
-    if tracked && r > 1 && c <= STATE_PASSING_MATRIX_MAX_CHUNKS {
+    if tracked && c <= STATE_PASSING_MATRIX_MAX_CHUNKS {
         state_passing_matrix(states, chunk_decay, initial)
     } else {
         state_passing_loop(states, chunk_decay, initial)
@@ -327,7 +314,7 @@ pub fn state_passing_matrix<B: Backend>(
     let [b, c, g, r, p, n] = states.dims();
     let m = b * g * r;
     // log-decays of the chunk boundaries, a leading 0 for the initial state: [b·g·r, c+1]
-    let log_decay = chunk_decay.permute([0, 2, 3, 1]).reshape([m, c]);
+    let log_decay = chunk_decay.reshape([m, c]);
     let log_decay = Tensor::cat(
         vec![
             Tensor::zeros([m, 1], (&log_decay.device(), log_decay.dtype())),
@@ -340,13 +327,14 @@ pub fn state_passing_matrix<B: Backend>(
     let all = Tensor::cat(vec![initial.unsqueeze_dim::<6>(1), states], 1)
         .permute([0, 2, 3, 1, 4, 5])
         .reshape([b, g, r, c + 1, p * n]);
-    let entering = decay
+    // row z of the product: the state entering chunk z; row c: the final state
+    let passed = decay.matmul(all);
+    let entering = passed
         .clone()
         .narrow(3, 0, c)
-        .matmul(all.clone())
         .reshape([b, g, r, c, p, n])
         .permute([0, 3, 1, 2, 4, 5]);
-    let final_state = decay.narrow(3, c, 1).matmul(all).reshape([b, g, r, p, n]);
+    let final_state = passed.narrow(3, c, 1).reshape([b, g, r, p, n]);
     (entering, final_state)
 }
 
@@ -360,12 +348,12 @@ pub fn state_passing_loop<B: Backend>(
     initial: Tensor<B, 5>,
 ) -> (Tensor<B, 6>, Tensor<B, 5>) {
     let [b, c, g, r, p, n] = states.dims();
-    let decay = chunk_decay.exp(); // [b, c, g, r]
+    let decay = chunk_decay.exp(); // [b, g, r, c]
     let mut state = initial;
     let mut entering = Vec::with_capacity(c);
     for j in 0..c {
         entering.push(state.clone());
-        let decay_j = decay.clone().narrow(1, j, 1).reshape([b, g, r, 1, 1]);
+        let decay_j = decay.clone().narrow(3, j, 1).unsqueeze_dim::<5>(4);
         let states_j = states.clone().narrow(1, j, 1).reshape([b, g, r, p, n]);
         state = state * decay_j + states_j;
     }
@@ -437,7 +425,18 @@ pub fn ssd_chunked<B: Backend>(
         Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]).swap_dims(3, 4),
         None => Tensor::zeros([b, g, r, n, p], (&states.device(), dtype)),
     };
-    let totals = a_cumsum.clone().narrow(4, q - 1, 1).reshape([b, c, g, r]);
+    // the chunk totals per head, [b, g, r, c], sliced after the permutation, so that no reshape
+    // in their backward meets a permuted gradient with a unit axis: burn 0.21's view reshape
+    // (`burn_std::tensor::split_strides`, used by burn-cubecl) gives such a tensor wrong
+    // strides when it adds unit axes, e.g. [4, 1, 3] permuted to [3, 4, 1] and reshaped to
+    // [3, 4, 1, 1]. Slicing first and reshaping [b, c, g, 1] to [b, c, g, 1, 1] in the backward
+    // made the gradients of dt and A wrong by 2–25% on Wgpu and Cuda when r = 1 (reference case
+    // dtlimit_groups4).
+    let totals = a_cumsum
+        .clone()
+        .permute([0, 2, 3, 1, 4])
+        .narrow(4, q - 1, 1)
+        .reshape([b, g, r, c]);
     let (entering, final_state) = state_passing(states, totals, initial);
     // 4. off-diagonal blocks
     let y_off = chunk_state_output(entering, a_cumsum, c_mat);
