@@ -20,7 +20,7 @@ use std::time::Instant;
 mod common;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::ElementConversion;
 use clap::Parser;
 use mamba2_burn::load_lm;
 use mamba2_burn::sampling::Sampler;
@@ -85,8 +85,7 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::er
     );
 
     let start = Instant::now();
-    let ids =
-        Tensor::<B, 2, Int>::from_data(TensorData::new(prompt.clone(), [1, prompt.len()]), &device);
+    let ids = model.input_ids(&[prompt.clone()], &device)?;
     let (logits, mut state) = model.forward(ids, None)?;
     let last = logits
         .narrow(1, prompt.len() - 1, 1)

@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, Linear};
-use burn::tensor::{backend::Backend, Distribution, ElementConversion, Int, Tensor};
+use burn::tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::error::Mamba2Error;
@@ -117,23 +117,50 @@ impl<B: Backend> Mamba2Lm<B> {
         self.backbone.zero_state(batch, device)
     }
 
-    fn check_tokens<const D: usize>(&self, ids: &Tensor<B, D, Int>) -> crate::Result<()> {
-        if ids.dims().iter().product::<usize>() == 0 {
-            return Ok(());
-        }
-        let min: i64 = ids.clone().min().into_scalar().elem();
-        let max: i64 = ids.clone().max().into_scalar().elem();
-        if min < 0 || max >= self.vocab_size as i64 {
-            let bad = if min < 0 { min } else { max };
-            return Err(Mamba2Error::InvalidInput {
+    /// Checks token ids on the host: every id in `[0, vocab_size)`.
+    ///
+    /// [`forward`](Self::forward) and [`step`](Self::step) do not check their ids (that would
+    /// read the tensor back from the device on every call, a blocking copy per decode step on a
+    /// GPU); an id out of range there is a backend's own failure. Check ids while they are
+    /// still on the host, with this or [`input_ids`](Self::input_ids), once per prompt or data
+    /// set.
+    pub fn check_token_ids(&self, ids: &[i64]) -> crate::Result<()> {
+        match ids.iter().find(|&&id| id < 0 || id >= self.vocab_size as i64) {
+            Some(bad) => Err(Mamba2Error::InvalidInput {
                 name: "input_ids",
                 reason: format!(
                     "token id {bad} is outside the vocabulary [0, {})",
                     self.vocab_size
                 ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The checked input of [`forward`](Self::forward) from host token ids: `rows` of equal
+    /// length, each id in `[0, vocab_size)` ([`check_token_ids`](Self::check_token_ids)).
+    ///
+    /// # Shapes
+    /// - returns `[rows.len(), row length]`
+    pub fn input_ids(
+        &self,
+        rows: &[Vec<i64>],
+        device: &B::Device,
+    ) -> crate::Result<Tensor<B, 2, Int>> {
+        let l = rows.first().map_or(0, Vec::len);
+        if let Some(row) = rows.iter().find(|r| r.len() != l) {
+            return Err(Mamba2Error::Shape {
+                name: "input_ids",
+                expected: format!("rows of one length ({l})"),
+                actual: vec![rows.len(), row.len()],
             });
         }
-        Ok(())
+        let flat: Vec<i64> = rows.concat();
+        self.check_token_ids(&flat)?;
+        Ok(Tensor::from_data(
+            TensorData::new(flat, [rows.len(), l]),
+            device,
+        ))
     }
 
     /// Hidden states to logits.
@@ -148,7 +175,8 @@ impl<B: Backend> Mamba2Lm<B> {
     }
 
     /// Next-token logits for every position, continuing from `state` (a fresh sequence when
-    /// `None`).
+    /// `None`). The ids are not read back to check them: build them with
+    /// [`input_ids`](Self::input_ids) (or check with [`check_token_ids`](Self::check_token_ids)).
     ///
     /// # Shapes
     /// - ids: `[b, l]`; returns logits `[b, l, vocab]` and the new state
@@ -157,12 +185,12 @@ impl<B: Backend> Mamba2Lm<B> {
         ids: Tensor<B, 2, Int>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
-        self.check_tokens(&ids)?;
         let (h, state) = self.backbone.forward(self.embedding.forward(ids), state)?;
         Ok((self.head(h), state))
     }
 
-    /// Logits after one new token per sequence.
+    /// Logits after one new token per sequence (ids unchecked, as in [`forward`](Self::forward):
+    /// a sampled id is always inside the vocabulary).
     ///
     /// # Shapes
     /// - ids: `[b]`; returns logits `[b, vocab]` and the new state
@@ -171,7 +199,6 @@ impl<B: Backend> Mamba2Lm<B> {
         ids: Tensor<B, 1, Int>,
         state: BackboneState<B>,
     ) -> crate::Result<(Tensor<B, 2>, BackboneState<B>)> {
-        self.check_tokens(&ids)?;
         let b = ids.dims()[0];
         let x = self
             .embedding

@@ -458,7 +458,10 @@ impl<B: Backend> Mamba2<B> {
         let xs = xs.reshape([b, l, h, p]);
         let b_mat = b_mat.reshape([b, l, g, n]);
         let c_mat = c_mat.reshape([b, l, g, n]);
-        let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
+        let (z, dt) = (
+            z.reshape([b, l, self.d_inner]),
+            dt.reshape([b, l, h]),
+        );
         let dt = self.dt_activation(dt);
 
         let (y, ssm_state) = ssd::ssd_chunked(
@@ -554,11 +557,16 @@ impl<B: Backend> Mamba2<B> {
         let weight = self.in_proj.weight.val(); // [d_model, d_in_proj]
         let bias = self.in_proj.bias.as_ref().map(|b| b.val());
         let piece = |start: usize, len: usize| {
-            burn::tensor::module::linear(
-                x.clone(),
-                weight.clone().narrow(1, start, len),
-                bias.clone().map(|b| b.narrow(0, start, len)),
-            )
+            let w = weight.clone().narrow(1, start, len);
+            // a one-column slice is a strided view with a unit last axis, which `linear`'s
+            // reshape to [1, d_model, 1] would read wrong on burn-cubecl (see
+            // `ssd::reshape_via_flat`): copied first
+            let w = if len == 1 {
+                ssd::reshape_via_flat(w, [weight.dims()[0], 1])
+            } else {
+                w
+            };
+            burn::tensor::module::linear(x.clone(), w, bias.clone().map(|b| b.narrow(0, start, len)))
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         Projected {

@@ -194,6 +194,24 @@ pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     segment_sums(a).exp()
 }
 
+/// `t.reshape(shape)` through a flat copy: the same values, and safe where the tensor may be a
+/// strided view whose last axes have size 1. Burn 0.21's view reshape (`burn_std`'s
+/// `split_strides`, which burn-cubecl uses) gives such a view wrong strides when the reshape
+/// adds axes: `[4, 1, 3]` permuted to `[3, 4, 1]` and reshaped to `[3, 4, 1, 1]` reads wrong
+/// elements on Wgpu and Cuda. Flattening first makes the data contiguous (a copy only where
+/// it is a strided view), and both reshapes, and their backward, then go through a shape
+/// without unit axes.
+///
+/// # Shapes
+/// - t: any; returns `shape` (same number of elements)
+pub fn reshape_via_flat<B: Backend, const D: usize, const D2: usize>(
+    t: Tensor<B, D>,
+    shape: [usize; D2],
+) -> Tensor<B, D2> {
+    let n = t.shape().num_elements();
+    t.reshape([n]).reshape(shape)
+}
+
 /// Right-pads the time axis (dim 1) with zeros to a multiple of `q`.
 ///
 /// # Shapes

@@ -156,8 +156,13 @@ fn wrong_input_shapes_are_errors() {
     let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, config.clone()), 50)
         .init::<B>(&dev())
         .unwrap();
-    let ids = Tensor::<B, 2, Int>::from_data(TensorData::from([[1i64, 2, 64]]), &dev());
-    match lm.forward(ids, None).unwrap_err() {
+    assert_eq!(
+        shape_name(lm.input_ids(&[vec![1, 2], vec![3]], &dev()).unwrap_err()),
+        "input_ids"
+    );
+    assert!(lm.check_token_ids(&[0, 63]).is_ok());
+    assert!(lm.check_token_ids(&[-1]).is_err());
+    match lm.input_ids(&[vec![1, 2, 64]], &dev()).unwrap_err() {
         Mamba2Error::InvalidInput { name, reason } => {
             assert_eq!(name, "input_ids");
             assert!(reason.contains("64"), "{reason}"); // 64 >= padded vocab 64

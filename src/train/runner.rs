@@ -307,6 +307,10 @@ where
     V: Dataset<SequenceItem> + 'static,
 {
     config.model.validate()?;
+    // token ids are checked here, on the host, once: the model's forward does not read them back
+    let vocab = config.model.padded_vocab_size();
+    check_sequence_tokens(&train, "train data", vocab, config.ignore_index)?;
+    check_sequence_tokens(&valid, "validation data", vocab, config.ignore_index)?;
     let start_epoch = prepare_run(
         config,
         config.batch_size,
@@ -374,6 +378,31 @@ where
     let model = result.model;
     save_lm(&model, &config.model, artifacts.join("model"))?;
     Ok(model)
+}
+
+/// Checks every item of `data`: inputs in `[0, vocab)`, targets too or equal to `ignore_index`.
+fn check_sequence_tokens<D: Dataset<SequenceItem>>(
+    data: &D,
+    name: &'static str,
+    vocab: usize,
+    ignore_index: Option<usize>,
+) -> crate::Result<()> {
+    let in_vocab = |id: i64| (0..vocab as i64).contains(&id);
+    for i in 0..data.len() {
+        let Some(item) = data.get(i) else { continue };
+        let bad_input = item.input.iter().find(|&&id| !in_vocab(id));
+        let bad_target = item
+            .target
+            .iter()
+            .find(|&&id| !in_vocab(id) && Some(id) != ignore_index.map(|x| x as i64));
+        if let Some(bad) = bad_input.or(bad_target) {
+            return Err(Mamba2Error::InvalidInput {
+                name,
+                reason: format!("item {i}: token id {bad} is outside the vocabulary [0, {vocab})"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Held-out scores of a language model.
