@@ -22,14 +22,15 @@ use std::time::Instant;
 mod common;
 
 use burn::backend::{Autodiff, NdArray};
+use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{BasicOps, Distribution, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
-use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config};
+use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig};
 use serde_json::json;
 
 #[derive(Parser, Debug, Clone)]
@@ -38,6 +39,19 @@ struct Args {
     /// Modes to run, comma separated: train, forward, step, ssd.
     #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
     mode: Vec<String>,
+    /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// A named shape that replaces the size flags: `130m`, the shape of mamba2-130m (d_model
+    /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,280,
+    /// sequence 2,048, batch 1).
+    #[arg(long)]
+    preset: Option<String>,
+    /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
+    /// head; train's loss is the mean square of the logits) on random token ids; 0: the
+    /// backbone alone on random inputs.
+    #[arg(long, default_value_t = 0)]
+    vocab: usize,
     #[arg(long, default_value_t = 256)]
     d_model: usize,
     #[arg(long, default_value_t = 4)]
@@ -70,14 +84,30 @@ struct Args {
 }
 
 impl Args {
+    /// `--step-threads`, else the available cores on the cpu and 1 on a GPU.
     fn step_threads(&self) -> usize {
         self.step_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .unwrap_or_else(|| match self.device.as_str() {
+                "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                _ => 1,
+            })
             .max(1)
     }
-}
 
-type Cpu = NdArray<f32>;
+    /// Applies `--preset`.
+    fn with_preset(mut self) -> Result<Self, String> {
+        match self.preset.as_deref() {
+            None => {}
+            Some("130m") => {
+                (self.d_model, self.n_layer, self.d_state, self.headdim) = (768, 24, 128, 64);
+                (self.ngroups, self.chunk_size, self.vocab) = (1, 256, 50_280);
+                (self.seq_len, self.batch) = (2048, 1);
+            }
+            Some(other) => return Err(format!("unknown --preset {other:?} (130m)")),
+        }
+        Ok(self)
+    }
+}
 
 fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -114,17 +144,16 @@ fn config(args: &Args) -> Mamba2BackboneConfig {
     Mamba2BackboneConfig::new(args.n_layer, mixer)
 }
 
-#[cfg(feature = "blas")]
-fn backend_name() -> String {
-    format!(
-        "ndarray-f32+openblas({} threads)",
-        mamba2_burn::blas::blas_threads()
-    )
-}
-
-#[cfg(not(feature = "blas"))]
-fn backend_name() -> String {
-    "ndarray-f32".to_string()
+fn backend_name(args: &Args) -> String {
+    match args.device.as_str() {
+        #[cfg(feature = "blas")]
+        "cpu" => format!(
+            "ndarray-f32+openblas({} threads)",
+            mamba2_burn::blas::blas_threads()
+        ),
+        "cpu" => "ndarray-f32".to_string(),
+        other => format!("{other}-f32"),
+    }
 }
 
 fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
@@ -135,11 +164,11 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "step_threads": args.step_threads(),
         "peak_rss_mb": peak_rss_mb(),
-        "backend": backend_name(),
+        "backend": backend_name(args),
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
-            "seq_len": args.seq_len, "batch": args.batch,
+            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab,
         },
     });
     if let (Some(obj), Some(more)) = (line.as_object_mut(), extra.as_object()) {
@@ -148,55 +177,108 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
     println!("{line}");
 }
 
+/// Random token ids in `[0, vocab)` (a fixed sequence), `[batch, seq_len]`.
+fn random_ids<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> {
+    let n = args.batch * args.seq_len;
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let ids: Vec<i64> = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            ((state >> 33) % args.vocab as u64) as i64
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [args.batch, args.seq_len]), device)
+}
+
+fn random_inputs<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 3> {
+    let shape = [args.batch, args.seq_len, args.d_model];
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+}
+
+/// Forward + backward + AdamW step of the LM (`--vocab`) or of the backbone, loss mean(out²).
 fn bench_train<B: AutodiffBackend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
-    let mut model: Mamba2Backbone<B> = config(args).init(device)?;
-    let mut optim = AdamWConfig::new().init::<B, Mamba2Backbone<B>>();
-    let x = Tensor::<B, 3>::random(
-        [args.batch, args.seq_len, args.d_model],
-        Distribution::Normal(0.0, 1.0),
-        device,
-    );
-    model.forward(x.clone(), None)?;
-    let t = timed(args.iters, || {
+    if args.vocab > 0 {
+        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab).init(device)?;
+        let loss = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
+        train_loop(args, device, model, random_ids(args, device), loss)
+    } else {
+        let model: Mamba2Backbone<B> = config(args).init(device)?;
+        let loss = |m: &Mamba2Backbone<B>, x| m.forward(x, None).map(|(y, _)| y.square().mean());
+        train_loop(args, device, model, random_inputs(args, device), loss)
+    }
+}
+
+/// Times training steps of `model` on `input`, each batch spread over `--step-threads` slices.
+fn train_loop<B, M, const D: usize, K>(
+    args: &Args,
+    device: &B::Device,
+    mut model: M,
+    input: Tensor<B, D, K>,
+    loss: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 1>> + Sync,
+) -> mamba2_burn::Result<f64>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + Send,
+    K: TensorKind<B> + BasicOps<B> + Send,
+    Tensor<B, D, K>: Send,
+{
+    loss(&model, input.clone())?; // shapes checked once
+    let mut optim = AdamWConfig::new().init::<B, M>();
+    Ok(timed(args.iters, || {
         let parts = split_rows(args.batch, args.step_threads())
             .into_iter()
             .map(|(start, len)| BatchPart {
-                input: x.clone().narrow(0, start, len),
+                input: input.clone().narrow(0, start, len),
                 weight: len as f64 / args.batch as f64,
             })
             .collect();
         let (grads, _, _) = parallel_backward(&model, parts, |m, x| {
-            let (y, _) = m.forward(x, None).expect("checked above");
-            (y.square().mean(), ())
+            (loss(m, x).expect("checked above"), ())
         });
         model = optim.step(1e-4, model.clone(), grads);
         let _ = B::sync(device);
-    });
-    Ok(t)
+    }))
 }
 
+/// Forward of the LM (`--vocab`) or of the backbone, the output read back.
 fn bench_forward<B: Backend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
-    let model: Mamba2Backbone<B> = config(args).init(device)?;
-    let x = Tensor::<B, 3>::random(
-        [args.batch, args.seq_len, args.d_model],
-        Distribution::Normal(0.0, 1.0),
-        device,
-    );
-    model.forward(x.clone(), None)?;
+    if args.vocab > 0 {
+        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab).init(device)?;
+        let out = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y);
+        forward_loop(args, model, random_ids(args, device), out)
+    } else {
+        let model: Mamba2Backbone<B> = config(args).init(device)?;
+        let out = |m: &Mamba2Backbone<B>, x| m.forward(x, None).map(|(y, _)| y);
+        forward_loop(args, model, random_inputs(args, device), out)
+    }
+}
+
+fn forward_loop<B, M, const D: usize, K>(
+    args: &Args,
+    model: M,
+    input: Tensor<B, D, K>,
+    out: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 3>> + Sync,
+) -> mamba2_burn::Result<f64>
+where
+    B: Backend,
+    M: Clone + Send,
+    K: TensorKind<B> + BasicOps<B> + Send,
+    Tensor<B, D, K>: Send,
+{
+    out(&model, input.clone())?;
     Ok(timed(args.iters, || {
         let slices = split_rows(args.batch, args.step_threads())
             .into_iter()
-            .map(|(start, len)| (model.clone(), x.clone().narrow(0, start, len)))
+            .map(|(start, len)| (model.clone(), input.clone().narrow(0, start, len)))
             .collect();
         parallel_map(slices, |(m, x)| {
-            let (y, _) = m.forward(x, None).expect("checked above");
-            let _ = y.into_data();
+            let _ = out(&m, x).expect("checked above").into_data();
         });
     }))
 }
@@ -288,26 +370,17 @@ fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
     (chunked, sequential)
 }
 
-fn main() {
-    common::tune_allocator();
-    let args = Args::parse();
-    #[cfg(feature = "blas")]
-    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }));
-    let device = Default::default();
+fn run<B: Backend>(args: &Args, device: B::Device) -> mamba2_burn::Result<()> {
     let tokens = (args.batch * args.seq_len) as f64;
     for mode in &args.mode {
-        let outcome = match mode.as_str() {
-            "train" => bench_train::<Autodiff<Cpu>>(&args, &device)
-                .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
-            "forward" => bench_forward::<Cpu>(&args, &device)
-                .map(|t| report(&args, mode, t, json!({ "tokens_per_s": tokens / t }))),
-            "step" => bench_step::<Cpu>(&args, &device).map(|(tensor, cpu)| {
+        match mode.as_str() {
+            "train" => bench_train::<Autodiff<B>>(args, &device)
+                .map(|t| report(args, mode, t, json!({ "tokens_per_s": tokens / t })))?,
+            "forward" => bench_forward::<B>(args, &device)
+                .map(|t| report(args, mode, t, json!({ "tokens_per_s": tokens / t })))?,
+            "step" => bench_step::<B>(args, &device).map(|(tensor, cpu)| {
                 report(
-                    &args,
+                    args,
                     mode,
                     cpu,
                     json!({
@@ -316,25 +389,50 @@ fn main() {
                         "batch": 1,
                     }),
                 )
-            }),
+            })?,
             "ssd" => {
-                let (chunked, sequential) = bench_ssd::<Cpu>(&args, &device);
+                let (chunked, sequential) = bench_ssd::<B>(args, &device);
                 report(
-                    &args,
+                    args,
                     mode,
                     chunked,
                     json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
                 );
-                Ok(())
             }
             other => {
                 eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd)");
                 std::process::exit(2);
             }
-        };
-        if let Err(e) = outcome {
-            eprintln!("error: {e}");
-            std::process::exit(1);
         }
+    }
+    Ok(())
+}
+
+fn main() {
+    common::tune_allocator();
+    let args = match Args::parse().with_preset() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    #[cfg(feature = "blas")]
+    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }));
+    let result: Result<(), Box<dyn std::error::Error>> = match args.device.as_str() {
+        "cpu" => run::<NdArray<f32>>(&args, Default::default()).map_err(Into::into),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => run::<burn::backend::Wgpu<f32>>(&args, Default::default()).map_err(Into::into),
+        #[cfg(feature = "cuda")]
+        "cuda" => run::<burn::backend::Cuda<f32>>(&args, Default::default()).map_err(Into::into),
+        other => Err(common::unknown_device(other)),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
     }
 }
