@@ -15,7 +15,16 @@
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
-//! cores), as the training steps of `Mamba2Lm` and the others do with `with_step_threads`.
+//! cores on the cpu, 1 on a GPU), as the training steps of `Mamba2Lm` and the others do with
+//! `with_step_threads`.
+//!
+//! `--device wgpu` / `--device cuda` run the same modes on Burn's GPU backends (built with the
+//! cargo features of those names); `--preset 130m` is the shape of mamba2-130m with its
+//! vocabulary (train and forward then run the language model on random token ids):
+//!
+//! ```text
+//! cargo run --release --features cuda --example bench -- --device cuda --preset 130m --mode train,forward
+//! ```
 
 use std::time::Instant;
 
@@ -49,9 +58,9 @@ struct Args {
     preset: Option<String>,
     /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
     /// head; train's loss is the mean square of the logits) on random token ids; 0: the
-    /// backbone alone on random inputs.
-    #[arg(long, default_value_t = 0)]
-    vocab: usize,
+    /// backbone alone on random inputs (the default without a preset).
+    #[arg(long)]
+    vocab: Option<usize>,
     #[arg(long, default_value_t = 256)]
     d_model: usize,
     #[arg(long, default_value_t = 4)]
@@ -100,12 +109,17 @@ impl Args {
             None => {}
             Some("130m") => {
                 (self.d_model, self.n_layer, self.d_state, self.headdim) = (768, 24, 128, 64);
-                (self.ngroups, self.chunk_size, self.vocab) = (1, 256, 50_280);
+                (self.ngroups, self.chunk_size) = (1, 256);
+                self.vocab = self.vocab.or(Some(50_280));
                 (self.seq_len, self.batch) = (2048, 1);
             }
             Some(other) => return Err(format!("unknown --preset {other:?} (130m)")),
         }
         Ok(self)
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab.unwrap_or(0)
     }
 }
 
@@ -168,7 +182,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
-            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab,
+            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab(),
         },
     });
     if let (Some(obj), Some(more)) = (line.as_object_mut(), extra.as_object()) {
@@ -184,7 +198,7 @@ fn random_ids<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> 
     let ids: Vec<i64> = (0..n)
         .map(|_| {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            ((state >> 33) % args.vocab as u64) as i64
+            ((state >> 33) % args.vocab() as u64) as i64
         })
         .collect();
     Tensor::from_data(TensorData::new(ids, [args.batch, args.seq_len]), device)
@@ -200,8 +214,8 @@ fn bench_train<B: AutodiffBackend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
-    if args.vocab > 0 {
-        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab).init(device)?;
+    if args.vocab() > 0 {
+        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let loss = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
         train_loop(args, device, model, random_ids(args, device), loss)
     } else {
@@ -248,8 +262,8 @@ fn bench_forward<B: Backend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
-    if args.vocab > 0 {
-        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab).init(device)?;
+    if args.vocab() > 0 {
+        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let out = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y);
         forward_loop(args, model, random_ids(args, device), out)
     } else {

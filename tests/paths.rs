@@ -100,3 +100,15 @@ mod wgpu_unfused {
 
     include!("paths/cases.rs");
 }
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    type B = burn::backend::Cuda<f32, i32>;
+    const NAME: &str = "cuda (fused)";
+
+    fn dev() -> burn::backend::cuda::CudaDevice {
+        Default::default()
+    }
+
+    include!("paths/cases.rs");
+}

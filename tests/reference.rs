@@ -432,3 +432,20 @@ mod wgpu {
         both_orders::<Unfused>("wgpu (unfused)");
     }
 }
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use burn::backend::cuda::CudaDevice;
+    use burn::backend::Cuda;
+
+    /// Burn's Cuda backend as users get it (fused); needs a GPU (`scripts/cuda-check.sh`).
+    #[test]
+    fn reference_cases_cuda() {
+        let dev = CudaDevice::default();
+        let name = "cuda (fused)";
+        let mut failed = check_cases::<Autodiff<Cuda<f32, i32>>>(name, &dev, false);
+        failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(&format!("{name}, reversed"), &dev, true));
+        assert!(failed.is_empty(), "reference cases failed on {name}: {failed:?}");
+    }
+}

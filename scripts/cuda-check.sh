@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# CUDA checks for a machine with an NVIDIA GPU but no Rust toolchain.
+#
+#   scripts/cuda-check.sh build   # here: builds the CUDA test binaries and examples into
+#                                 # device-bin/ (git-ignored), stripped
+#   scripts/cuda-check.sh run     # on the GPU machine, from the repository root, with
+#                                 # device-bin/ carried over: the golden reference cases and the
+#                                 # path tests on Burn's Cuda backend, a short training run, and
+#                                 # the mamba2-130m bench (train and forward tokens/s)
+#
+# `run` prints everything to stdout and writes it to device-bin/cuda-check.log (and to $OUT when
+# that is set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=device-bin
+
+case "${1:-}" in
+build)
+    export CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
+    mkdir -p "$BIN"
+    # the test binaries: cargo prints their paths with --message-format=json
+    cargo test --release --features cuda --no-run --test reference --test paths \
+        --message-format=json 2>/dev/null \
+        | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 \
+        | while read -r exe; do
+            name=$(basename "$exe" | sed 's/-[0-9a-f]*$//')
+            cp "$exe" "$BIN/$name"
+        done
+    cargo build --release --features cuda --example bench --example train
+    cp target/release/examples/bench target/release/examples/train "$BIN/"
+    strip "$BIN"/*
+    ls -la "$BIN"
+    du -sh "$BIN"
+    ;;
+run)
+    log="$BIN/cuda-check.log"
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+        export MAMBA2_REFERENCE_DIR=tests/fixtures/reference
+        echo "== reference cases on Cuda"
+        time "$BIN/reference" cuda --nocapture || echo "FAILED: reference"
+        echo "== path tests on Cuda"
+        time "$BIN/paths" cuda:: --nocapture || echo "FAILED: paths"
+        echo "== training run (MQAR, 1 epoch) on Cuda"
+        time "$BIN/train" --device cuda --epochs 1 --artifacts "$BIN/run" || echo "FAILED: train"
+        echo "== mamba2-130m bench on Cuda"
+        "$BIN/bench" --device cuda --preset 130m --mode train,forward --iters 5 \
+            || echo "FAILED: bench"
+        echo "== the same shape, backbone only"
+        "$BIN/bench" --device cuda --preset 130m --vocab 0 --mode train,forward --iters 5 \
+            || echo "FAILED: bench"
+    } 2>&1 | tee "$log"
+    if [ -n "${OUT:-}" ]; then cp "$log" "$OUT/"; fi
+    ;;
+*)
+    echo "usage: $0 build|run" >&2
+    exit 2
+    ;;
+esac
