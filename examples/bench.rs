@@ -197,7 +197,9 @@ fn random_ids<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> 
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let ids: Vec<i64> = (0..n)
         .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
             ((state >> 33) % args.vocab() as u64) as i64
         })
         .collect();

@@ -125,7 +125,10 @@ impl<B: Backend> Mamba2Lm<B> {
     /// still on the host, with this or [`input_ids`](Self::input_ids), once per prompt or data
     /// set.
     pub fn check_token_ids(&self, ids: &[i64]) -> crate::Result<()> {
-        match ids.iter().find(|&&id| id < 0 || id >= self.vocab_size as i64) {
+        match ids
+            .iter()
+            .find(|&&id| id < 0 || id >= self.vocab_size as i64)
+        {
             Some(bad) => Err(Mamba2Error::InvalidInput {
                 name: "input_ids",
                 reason: format!(

@@ -458,10 +458,7 @@ impl<B: Backend> Mamba2<B> {
         let xs = xs.reshape([b, l, h, p]);
         let b_mat = b_mat.reshape([b, l, g, n]);
         let c_mat = c_mat.reshape([b, l, g, n]);
-        let (z, dt) = (
-            z.reshape([b, l, self.d_inner]),
-            dt.reshape([b, l, h]),
-        );
+        let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
         let dt = self.dt_activation(dt);
 
         let (y, ssm_state) = ssd::ssd_chunked(
@@ -566,7 +563,11 @@ impl<B: Backend> Mamba2<B> {
             } else {
                 w
             };
-            burn::tensor::module::linear(x.clone(), w, bias.clone().map(|b| b.narrow(0, start, len)))
+            burn::tensor::module::linear(
+                x.clone(),
+                w,
+                bias.clone().map(|b| b.narrow(0, start, len)),
+            )
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         Projected {

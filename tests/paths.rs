@@ -76,39 +76,43 @@ mod ndarray {
     }
 }
 
-#[cfg(feature = "wgpu")]
-mod wgpu_fused {
-    type B = burn::backend::Wgpu<f32, i32>;
-    const NAME: &str = "wgpu (fused)";
+/// A module of the backend-neutral cases on backend `$backend`.
+#[allow(unused_macros)]
+macro_rules! cases_on {
+    ($module:ident, $backend:ty, $device:ty, $name:literal) => {
+        mod $module {
+            type B = $backend;
+            const NAME: &str = $name;
 
-    fn dev() -> burn::backend::wgpu::WgpuDevice {
-        Default::default()
-    }
+            fn dev() -> $device {
+                Default::default()
+            }
 
-    include!("paths/cases.rs");
+            include!("paths/cases.rs");
+        }
+    };
 }
 
 #[cfg(feature = "wgpu")]
-mod wgpu_unfused {
-    use burn::backend::wgpu::{CubeBackend, WgpuRuntime};
-    type B = CubeBackend<WgpuRuntime, f32, i32, u32>;
-    const NAME: &str = "wgpu (unfused)";
+cases_on!(
+    wgpu_fused,
+    burn::backend::Wgpu<f32, i32>,
+    burn::backend::wgpu::WgpuDevice,
+    "wgpu (fused)"
+);
 
-    fn dev() -> burn::backend::wgpu::WgpuDevice {
-        Default::default()
-    }
-
-    include!("paths/cases.rs");
-}
+#[cfg(feature = "wgpu")]
+cases_on!(
+    wgpu_unfused,
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
+    burn::backend::wgpu::WgpuDevice,
+    "wgpu (unfused)"
+);
 
 #[cfg(feature = "cuda")]
-mod cuda {
-    type B = burn::backend::Cuda<f32, i32>;
-    const NAME: &str = "cuda (fused)";
-
-    fn dev() -> burn::backend::cuda::CudaDevice {
-        Default::default()
-    }
-
-    include!("paths/cases.rs");
-}
+cases_on!(
+    cuda,
+    burn::backend::Cuda<f32, i32>,
+    burn::backend::cuda::CudaDevice,
+    "cuda (fused)"
+);

@@ -445,7 +445,14 @@ mod cuda {
         let dev = CudaDevice::default();
         let name = "cuda (fused)";
         let mut failed = check_cases::<Autodiff<Cuda<f32, i32>>>(name, &dev, false);
-        failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(&format!("{name}, reversed"), &dev, true));
-        assert!(failed.is_empty(), "reference cases failed on {name}: {failed:?}");
+        failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(
+            &format!("{name}, reversed"),
+            &dev,
+            true,
+        ));
+        assert!(
+            failed.is_empty(),
+            "reference cases failed on {name}: {failed:?}"
+        );
     }
 }

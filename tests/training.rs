@@ -10,14 +10,11 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::Tensor;
-use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
 use mamba2_burn::train::{
     evaluate_lm, train_lm, LmTrainingConfig, Mamba2OptimizerConfig, NonFiniteGuard, ProgressMode,
 };
-use mamba2_burn::{
-    load_lm, Mamba2BackboneConfig, Mamba2Config, Mamba2Error, Mamba2Lm, Mamba2LmConfig,
-};
+use mamba2_burn::{load_lm, Mamba2Error, Mamba2Lm};
 
 type B = Autodiff<NdArray<f32>>;
 type Inner = NdArray<f32>;
@@ -26,35 +23,15 @@ fn dev() -> <Inner as burn::tensor::backend::BackendTypes>::Device {
     Default::default()
 }
 
-fn copy_task() -> CopyConfig {
-    CopyConfig {
-        vocab_size: 10,
-        seq_len: 32,
-        n_data: 4,
-    }
-}
-
 fn data(
     seed: u64,
     len: usize,
 ) -> GeneratedDataset<impl Fn(u64, u64) -> SequenceItem + Send + Sync> {
-    let task = copy_task();
-    GeneratedDataset::new(move |s, i| task.example(s, i), seed, len)
+    common::copy_data(seed, len)
 }
 
 fn config(epochs: usize, lr: f64) -> LmTrainingConfig {
-    let mixer = Mamba2Config::new(32)
-        .with_d_state(16)
-        .with_headdim(16)
-        .with_chunk_size(8);
-    let model = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 10)
-        .with_pad_vocab_size_multiple(8);
-    LmTrainingConfig::new(model)
-        .with_lr(lr)
-        .with_batch_size(16)
-        .with_epochs(epochs)
-        .with_seed(7)
-        .with_ignore_index(Some(copy::NOISE as usize))
+    common::copy_lm_config(epochs, lr)
 }
 
 /// All float parameters, in visiting order.
@@ -206,7 +183,8 @@ fn non_finite_gradients_are_refused() {
     let mut optim = Mamba2OptimizerConfig::new().init::<B, Mamba2Lm<B>>(guard.clone());
     let batch = {
         use burn::data::dataloader::batcher::Batcher;
-        let items = (0..4).map(|i| copy_task().example(0, i)).collect();
+        use burn::data::dataset::Dataset;
+        let items = (0..4).map(|i| data(0, 4).get(i).unwrap()).collect();
         mamba2_burn::data::SequenceBatcher {
             ignore_index: Some(0),
         }

@@ -12,6 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
+use mamba2_burn::data::copy::{self, CopyConfig};
+use mamba2_burn::data::{GeneratedDataset, SequenceItem};
+use mamba2_burn::train::LmTrainingConfig;
+use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
 
 static GENERATOR: Mutex<()> = Mutex::new(());
 
@@ -24,4 +28,33 @@ pub fn seeded(seed: u64) -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     NdArray::<f32>::seed(&Default::default(), seed);
     guard
+}
+
+/// The selective-copying data of the training tests: `len` items generated from `seed`.
+pub fn copy_data(
+    seed: u64,
+    len: usize,
+) -> GeneratedDataset<impl Fn(u64, u64) -> SequenceItem + Send + Sync> {
+    let task = CopyConfig {
+        vocab_size: 10,
+        seq_len: 32,
+        n_data: 4,
+    };
+    GeneratedDataset::new(move |s, i| task.example(s, i), seed, len)
+}
+
+/// A small LM (2 layers, d_model 32) and its training run on [`copy_data`]: batch 16, seed 7.
+pub fn copy_lm_config(epochs: usize, lr: f64) -> LmTrainingConfig {
+    let mixer = Mamba2Config::new(32)
+        .with_d_state(16)
+        .with_headdim(16)
+        .with_chunk_size(8);
+    let model = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 10)
+        .with_pad_vocab_size_multiple(8);
+    LmTrainingConfig::new(model)
+        .with_lr(lr)
+        .with_batch_size(16)
+        .with_epochs(epochs)
+        .with_seed(7)
+        .with_ignore_index(Some(copy::NOISE as usize))
 }

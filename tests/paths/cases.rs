@@ -568,27 +568,9 @@ fn streaming_forecaster_equals_batch_forward_at_every_step() {
 /// 4 steps) lowers the held-out loss by more than 0.1 nat and writes a model that loads back.
 #[test]
 fn learner_run_lowers_the_loss() {
-    use mamba2_burn::data::copy::{self, CopyConfig};
-    use mamba2_burn::data::GeneratedDataset;
-    use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, ProgressMode};
-    let task = CopyConfig {
-        vocab_size: 10,
-        seq_len: 32,
-        n_data: 4,
-    };
-    let data = move |seed, len| GeneratedDataset::new(move |s, i| task.example(s, i), seed, len);
-    let mixer = Mamba2Config::new(32)
-        .with_d_state(16)
-        .with_headdim(16)
-        .with_chunk_size(8);
-    let model = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 10)
-        .with_pad_vocab_size_multiple(8);
-    let config = LmTrainingConfig::new(model)
-        .with_lr(5e-3)
-        .with_batch_size(16)
-        .with_epochs(2)
-        .with_seed(7)
-        .with_ignore_index(Some(copy::NOISE as usize));
+    use crate::common::{copy_data as data, copy_lm_config};
+    use mamba2_burn::train::{evaluate_lm, train_lm, ProgressMode};
+    let config = copy_lm_config(2, 5e-3);
     let dir = tempfile::tempdir().unwrap();
     let _rng = seeded(config.seed);
     let initial = config.model.init::<B>(&dev()).unwrap();
