@@ -165,6 +165,7 @@ fn backend_name(args: &Args) -> String {
             "ndarray-f32+openblas({} threads)",
             mamba2_burn::blas::blas_threads()
         ),
+        #[cfg(not(feature = "blas"))]
         "cpu" => "ndarray-f32".to_string(),
         other => format!("{other}-f32"),
     }
