@@ -2,7 +2,8 @@
 # CUDA checks for a machine with an NVIDIA GPU but no Rust toolchain.
 #
 #   scripts/cuda-check.sh build   # here: builds the CUDA test binaries and examples into
-#                                 # device-bin/ (git-ignored), stripped
+#                                 # device-bin/ (git-ignored), stripped and gzipped (about 42 MB;
+#                                 # 166 MB unpacked, over a 64 MiB carry)
 #   scripts/cuda-check.sh run     # on the GPU machine, from the repository root, with
 #                                 # device-bin/ carried over: the golden reference cases and the
 #                                 # path tests on Burn's Cuda backend, a short training run, and
@@ -28,12 +29,17 @@ build)
         done
     cargo build --release --features cuda --example bench --example train
     cp target/release/examples/bench target/release/examples/train "$BIN/"
-    strip "$BIN"/*
+    strip "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    gzip -9 -f "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
     ls -la "$BIN"
     du -sh "$BIN"
     ;;
 run)
     log="$BIN/cuda-check.log"
+    for gz in "$BIN"/*.gz; do
+        [ -e "$gz" ] && gunzip -f "$gz"
+    done
+    chmod +x "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
     {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
