@@ -95,12 +95,7 @@ struct Args {
 impl Args {
     /// `--step-threads`, else the available cores on the cpu and 1 on a GPU.
     fn step_threads(&self) -> usize {
-        self.step_threads
-            .unwrap_or_else(|| match self.device.as_str() {
-                "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                _ => 1,
-            })
-            .max(1)
+        common::step_threads(self.step_threads, &self.device)
     }
 
     /// Applies `--preset`.

@@ -599,11 +599,7 @@ fn optimizer(args: &Args) -> Mamba2OptimizerConfig {
 
 /// `--step-threads`, else the available cores on the cpu and 1 on a GPU.
 fn step_threads(args: &Args) -> usize {
-    args.step_threads
-        .unwrap_or_else(|| match args.device.as_str() {
-            "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            _ => 1,
-        })
+    common::step_threads(args.step_threads, &args.device)
 }
 
 fn main() {

@@ -125,19 +125,7 @@ impl<B: Backend> Mamba2Lm<B> {
     /// still on the host, with this or [`input_ids`](Self::input_ids), once per prompt or data
     /// set.
     pub fn check_token_ids(&self, ids: &[i64]) -> crate::Result<()> {
-        match ids
-            .iter()
-            .find(|&&id| id < 0 || id >= self.vocab_size as i64)
-        {
-            Some(bad) => Err(Mamba2Error::InvalidInput {
-                name: "input_ids",
-                reason: format!(
-                    "token id {bad} is outside the vocabulary [0, {})",
-                    self.vocab_size
-                ),
-            }),
-            None => Ok(()),
-        }
+        check_in_vocab(ids, self.vocab_size, None, "input_ids")
     }
 
     /// The checked input of [`forward`](Self::forward) from host token ids: `rows` of equal
@@ -210,5 +198,25 @@ impl<B: Backend> Mamba2Lm<B> {
         let (h, state) = self.backbone.step(x, state)?;
         let logits = self.head(h.unsqueeze_dim::<3>(1));
         Ok((logits.reshape([b, self.vocab_size]), state))
+    }
+}
+
+/// Checks that every id of `ids` is in `[0, vocab)` or equals `allowed` (an ignore index), with
+/// an [`InvalidInput`](Mamba2Error::InvalidInput) error named `name` for the first that is not.
+pub(crate) fn check_in_vocab(
+    ids: &[i64],
+    vocab: usize,
+    allowed: Option<i64>,
+    name: &'static str,
+) -> crate::Result<()> {
+    match ids
+        .iter()
+        .find(|&&id| !(0..vocab as i64).contains(&id) && Some(id) != allowed)
+    {
+        Some(bad) => Err(Mamba2Error::InvalidInput {
+            name,
+            reason: format!("token id {bad} is outside the vocabulary [0, {vocab})"),
+        }),
+        None => Ok(()),
     }
 }

@@ -204,7 +204,7 @@ pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
 ///
 /// # Shapes
 /// - t: any; returns `shape` (same number of elements)
-pub fn reshape_via_flat<B: Backend, const D: usize, const D2: usize>(
+pub(crate) fn reshape_via_flat<B: Backend, const D: usize, const D2: usize>(
     t: Tensor<B, D>,
     shape: [usize; D2],
 ) -> Tensor<B, D2> {

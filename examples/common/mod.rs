@@ -47,3 +47,15 @@ pub fn unknown_device(name: &str) -> Box<dyn std::error::Error> {
     )
     .into()
 }
+
+/// `--step-threads` when given, else the available cores on the cpu and 1 on a GPU (a batch
+/// spread over threads helps CPU backends only).
+#[allow(dead_code)]
+pub fn step_threads(given: Option<usize>, device: &str) -> usize {
+    given
+        .unwrap_or_else(|| match device {
+            "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            _ => 1,
+        })
+        .max(1)
+}

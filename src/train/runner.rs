@@ -20,6 +20,7 @@ use crate::checkpoint::save_lm;
 use crate::data::loader::{BucketKey, EpochLoader};
 use crate::data::{SequenceBatcher, SequenceItem};
 use crate::error::Mamba2Error;
+use crate::lm::check_in_vocab;
 use crate::lm::{Mamba2Lm, Mamba2LmConfig};
 
 /// Configuration of a language-model training run (saved as `config.json` in its artifacts).
@@ -387,20 +388,18 @@ fn check_sequence_tokens<D: Dataset<SequenceItem>>(
     vocab: usize,
     ignore_index: Option<usize>,
 ) -> crate::Result<()> {
-    let in_vocab = |id: i64| (0..vocab as i64).contains(&id);
+    let ignore = ignore_index.map(|i| i as i64);
     for i in 0..data.len() {
         let Some(item) = data.get(i) else { continue };
-        let bad_input = item.input.iter().find(|&&id| !in_vocab(id));
-        let bad_target = item
-            .target
-            .iter()
-            .find(|&&id| !in_vocab(id) && Some(id) != ignore_index.map(|x| x as i64));
-        if let Some(bad) = bad_input.or(bad_target) {
-            return Err(Mamba2Error::InvalidInput {
-                name,
-                reason: format!("item {i}: token id {bad} is outside the vocabulary [0, {vocab})"),
-            });
-        }
+        check_in_vocab(&item.input, vocab, None, name)
+            .and_then(|()| check_in_vocab(&item.target, vocab, ignore, name))
+            .map_err(|e| match e {
+                Mamba2Error::InvalidInput { name, reason } => Mamba2Error::InvalidInput {
+                    name,
+                    reason: format!("item {i}: {reason}"),
+                },
+                other => other,
+            })?;
     }
     Ok(())
 }
