@@ -1,13 +1,34 @@
 //! A file recorder that writes atomically: to a hidden temporary file, then renamed into place,
 //! so that an interrupted write never leaves a truncated checkpoint behind.
+//!
+//! Its conversion of a record (the reads from the device) and [`Mamba2Optimizer`]'s step exclude
+//! each other. Burn's `Learner` saves checkpoints on threads of its own while training goes on,
+//! and burn-fusion 0.21 (`Wgpu`, `Cuda`) decides from a tensor's reference count, before its
+//! request reaches the device, whether a read or an operation may free the tensor. When the
+//! training thread gives up its last reference to a recorded parameter or moment (in the
+//! optimizer step) while a checkpointer thread is reading it, the tensor can be freed before the
+//! read: "Should have handle for tensor" on the device thread, then a `CallError` in
+//! `read_tensor_float` and a `SendError` from the checkpointer (tracel-ai/burn issue 4347).
+//!
+//! [`Mamba2Optimizer`]: super::Mamba2Optimizer
 
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 
 use burn::record::{
     FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
 };
+use burn::record::{BurnRecord, Record};
 use burn::tensor::backend::Backend;
 use serde::{de::DeserializeOwned, Serialize};
+
+static DEVICE_READS: Mutex<()> = Mutex::new(());
+
+/// Held while a record is read from the device for a checkpoint, and by the optimizer step
+/// (see the module documentation).
+pub(crate) fn exclusive_device_reads() -> MutexGuard<'static, ()> {
+    DEVICE_READS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Wraps a [`FileRecorder`] so that every save is a write to `.<name>.<ext>` followed by a
 /// rename to `<name>.<ext>`. Loading is the inner recorder's.
@@ -22,6 +43,14 @@ impl<B: Backend, R: FileRecorder<B>> Recorder<B> for AtomicFileRecorder<R> {
     type RecordArgs = PathBuf;
     type RecordOutput = ();
     type LoadArgs = PathBuf;
+
+    fn record<T: Record<B>>(&self, record: T, file: PathBuf) -> Result<(), RecorderError> {
+        let item = {
+            let _reads = exclusive_device_reads();
+            record.into_item::<Self::Settings>()
+        };
+        self.save_item(BurnRecord::new::<Self>(item), file)
+    }
 
     fn save_item<I: Serialize>(&self, item: I, file: PathBuf) -> Result<(), RecorderError> {
         let ext = <R as FileRecorder<B>>::file_extension();
