@@ -11,7 +11,10 @@
 //! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill, on the
 //! dedicated CPU path `cpu::CpuBackbone`, with the tensor `step` beside it as
 //! `tensor_step_us_per_token`), the
-//! peak resident memory of the process so far, the thread count, and the configuration.
+//! peak resident memory of the process so far (on Wgpu and Cuda also the most device memory in
+//! use and reserved by CubeCL's pool, sampled after every run: `device_in_use_mb`,
+//! `device_reserved_mb`), the thread count, and the configuration. `--dtype f16` / `bf16` runs
+//! the model in half precision where the backend has it.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
@@ -34,7 +37,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{BasicOps, Distribution, Int, Tensor, TensorData, TensorKind};
+use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
@@ -51,6 +54,11 @@ struct Args {
     /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Float type of the weights and activations: f32, f16 or bf16 (where the backend supports
+    /// it: Cuda both, Wgpu f16 where the adapter has it). The SSD's `dt`, decays and states are
+    /// computed in f32 whatever this is.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
     /// A named shape that replaces the size flags: `130m`, the shape of mamba2-130m (d_model
     /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,280,
     /// sequence 2,048, batch 1).
@@ -124,14 +132,22 @@ fn median(mut times: Vec<f64>) -> f64 {
 }
 
 /// Warm-up once, then the median of `iters` timed runs.
-fn timed(iters: usize, mut f: impl FnMut()) -> f64 {
+fn timed(iters: usize, f: impl FnMut()) -> f64 {
+    timed_sampled(iters, f, || {})
+}
+
+/// [`timed`], calling `after` (untimed) after every run.
+fn timed_sampled(iters: usize, mut f: impl FnMut(), after: impl Fn()) -> f64 {
     f();
+    after();
     median(
         (0..iters.max(1))
             .map(|_| {
                 let t = Instant::now();
                 f();
-                t.elapsed().as_secs_f64()
+                let elapsed = t.elapsed().as_secs_f64();
+                after();
+                elapsed
             })
             .collect(),
     )
@@ -162,7 +178,47 @@ fn backend_name(args: &Args) -> String {
         ),
         #[cfg(not(feature = "blas"))]
         "cpu" => "ndarray-f32".to_string(),
-        other => format!("{other}-f32"),
+        other => format!("{other}-{}", args.dtype),
+    }
+}
+
+/// The device memory of CubeCL's pool, sampled after every timed run: the most in use and the
+/// most reserved (the pool's size, which holds the step's transient peak).
+#[derive(Default)]
+struct DeviceMemory {
+    probe: Option<Box<dyn Fn() -> Option<(u64, u64)>>>,
+    peak: std::cell::Cell<(u64, u64)>,
+}
+
+impl DeviceMemory {
+    fn sample(&self) {
+        if let Some((in_use, reserved)) = self.probe.as_ref().and_then(|probe| probe()) {
+            let (a, b) = self.peak.get();
+            self.peak.set((a.max(in_use), b.max(reserved)));
+        }
+    }
+
+    /// The peaks since the last call, in MiB, then starts over.
+    fn take(&self) -> serde_json::Value {
+        let (in_use, reserved) = self.peak.replace((0, 0));
+        match self.probe {
+            Some(_) => json!({
+                "device_in_use_mb": in_use as f64 / 1048576.0,
+                "device_reserved_mb": reserved as f64 / 1048576.0,
+            }),
+            None => json!({}),
+        }
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> DeviceMemory {
+    DeviceMemory {
+        probe: Some(Box::new(move || {
+            let usage = R::client(&device).memory_usage().ok()?;
+            Some((usage.bytes_in_use, usage.bytes_reserved))
+        })),
+        ..Default::default()
     }
 }
 
@@ -181,10 +237,14 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
             "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab(),
         },
     });
-    if let (Some(obj), Some(more)) = (line.as_object_mut(), extra.as_object()) {
+    merge(&mut line, extra);
+    println!("{line}");
+}
+
+fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
+    if let (Some(obj), Some(more)) = (into.as_object_mut(), more.as_object()) {
         obj.extend(more.clone());
     }
-    println!("{line}");
 }
 
 /// Random token ids in `[0, vocab)` (a fixed sequence), `[batch, seq_len]`.
@@ -211,15 +271,23 @@ fn random_inputs<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 3> {
 fn bench_train<B: AutodiffBackend>(
     args: &Args,
     device: &B::Device,
+    memory: &DeviceMemory,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
     if args.vocab() > 0 {
         let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let loss = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
-        train_loop(args, device, model, random_ids(args, device), loss)
+        train_loop(args, device, memory, model, random_ids(args, device), loss)
     } else {
         let model: Mamba2Backbone<B> = config(args).init(device)?;
         let loss = |m: &Mamba2Backbone<B>, x| m.forward(x, None).map(|(y, _)| y.square().mean());
-        train_loop(args, device, model, random_inputs(args, device), loss)
+        train_loop(
+            args,
+            device,
+            memory,
+            model,
+            random_inputs(args, device),
+            loss,
+        )
     }
 }
 
@@ -227,6 +295,7 @@ fn bench_train<B: AutodiffBackend>(
 fn train_loop<B, M, const D: usize, K>(
     args: &Args,
     device: &B::Device,
+    memory: &DeviceMemory,
     mut model: M,
     input: Tensor<B, D, K>,
     loss: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 1>> + Sync,
@@ -239,7 +308,7 @@ where
 {
     loss(&model, input.clone())?; // shapes checked once
     let mut optim = AdamWConfig::new().init::<B, M>();
-    Ok(timed(args.iters, || {
+    let step = || {
         let parts = split_rows(args.batch, args.step_threads())
             .into_iter()
             .map(|(start, len)| BatchPart {
@@ -252,27 +321,30 @@ where
         });
         model = optim.step(1e-4, model.clone(), grads);
         let _ = B::sync(device);
-    }))
+    };
+    Ok(timed_sampled(args.iters, step, || memory.sample()))
 }
 
 /// Forward of the LM (`--vocab`) or of the backbone, the output read back.
 fn bench_forward<B: Backend>(
     args: &Args,
     device: &B::Device,
+    memory: &DeviceMemory,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
     if args.vocab() > 0 {
         let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let out = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y);
-        forward_loop(args, model, random_ids(args, device), out)
+        forward_loop(args, memory, model, random_ids(args, device), out)
     } else {
         let model: Mamba2Backbone<B> = config(args).init(device)?;
         let out = |m: &Mamba2Backbone<B>, x| m.forward(x, None).map(|(y, _)| y);
-        forward_loop(args, model, random_inputs(args, device), out)
+        forward_loop(args, memory, model, random_inputs(args, device), out)
     }
 }
 
 fn forward_loop<B, M, const D: usize, K>(
     args: &Args,
+    memory: &DeviceMemory,
     model: M,
     input: Tensor<B, D, K>,
     out: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 3>> + Sync,
@@ -284,7 +356,7 @@ where
     Tensor<B, D, K>: Send,
 {
     out(&model, input.clone())?;
-    Ok(timed(args.iters, || {
+    let run = || {
         let slices = split_rows(args.batch, args.step_threads())
             .into_iter()
             .map(|(start, len)| (model.clone(), input.clone().narrow(0, start, len)))
@@ -292,7 +364,8 @@ where
         parallel_map(slices, |(m, x)| {
             let _ = out(&m, x).expect("checked above").into_data();
         });
-    }))
+    };
+    Ok(timed_sampled(args.iters, run, || memory.sample()))
 }
 
 /// Seconds per token of the tensor `step` and of the dedicated CPU step (`cpu::CpuBackbone`),
@@ -382,14 +455,38 @@ fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
     (chunked, sequential)
 }
 
-fn run<B: Backend>(args: &Args, device: B::Device) -> mamba2_burn::Result<()> {
+/// `--dtype` as the float type of `device` (before any tensor is made on it).
+fn set_dtype<B: Backend>(args: &Args, device: &B::Device) -> Result<(), String> {
+    let dtype = match args.dtype.as_str() {
+        "f32" => return Ok(()),
+        "f16" => FloatDType::F16,
+        "bf16" => FloatDType::BF16,
+        other => return Err(format!("unknown --dtype {other:?} (f32, f16, bf16)")),
+    };
+    let int = <B::IntElem as burn::tensor::Element>::dtype();
+    burn::tensor::set_default_dtypes::<B>(device, dtype, int)
+        .map_err(|e| format!("--dtype {} on --device {}: {e}", args.dtype, args.device))
+}
+
+fn run<B: Backend>(
+    args: &Args,
+    device: B::Device,
+    memory: DeviceMemory,
+) -> Result<(), Box<dyn std::error::Error>> {
+    set_dtype::<B>(args, &device)?;
     let tokens = (args.batch * args.seq_len) as f64;
     for mode in &args.mode {
         match mode.as_str() {
-            "train" => bench_train::<Autodiff<B>>(args, &device)
-                .map(|t| report(args, mode, t, json!({ "tokens_per_s": tokens / t })))?,
-            "forward" => bench_forward::<B>(args, &device)
-                .map(|t| report(args, mode, t, json!({ "tokens_per_s": tokens / t })))?,
+            "train" => bench_train::<Autodiff<B>>(args, &device, &memory).map(|t| {
+                let mut extra = json!({ "tokens_per_s": tokens / t });
+                merge(&mut extra, memory.take());
+                report(args, mode, t, extra)
+            })?,
+            "forward" => bench_forward::<B>(args, &device, &memory).map(|t| {
+                let mut extra = json!({ "tokens_per_s": tokens / t });
+                merge(&mut extra, memory.take());
+                report(args, mode, t, extra)
+            })?,
             "step" => bench_step::<B>(args, &device).map(|(tensor, cpu)| {
                 report(
                     args,
@@ -436,11 +533,19 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     }));
     let result: Result<(), Box<dyn std::error::Error>> = match args.device.as_str() {
-        "cpu" => run::<NdArray<f32>>(&args, Default::default()).map_err(Into::into),
+        "cpu" => run::<NdArray<f32>>(&args, Default::default(), DeviceMemory::default()),
         #[cfg(feature = "wgpu")]
-        "wgpu" => run::<burn::backend::Wgpu<f32>>(&args, Default::default()).map_err(Into::into),
+        "wgpu" => run::<burn::backend::Wgpu<f32>>(
+            &args,
+            Default::default(),
+            cubecl_memory::<cubecl::wgpu::WgpuRuntime>(Default::default()),
+        ),
         #[cfg(feature = "cuda")]
-        "cuda" => run::<burn::backend::Cuda<f32>>(&args, Default::default()).map_err(Into::into),
+        "cuda" => run::<burn::backend::Cuda<f32>>(
+            &args,
+            Default::default(),
+            cubecl_memory::<cubecl::cuda::CudaRuntime>(Default::default()),
+        ),
         other => Err(common::unknown_device(other)),
     };
     if let Err(e) = result {

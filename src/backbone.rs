@@ -5,6 +5,7 @@ use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::block::{Mamba2Block, Mamba2BlockConfig};
+use crate::documents::Documents;
 use crate::error::{check_shape, Mamba2Error};
 use crate::mixer::Mamba2Config;
 use crate::norm::{RmsNorm, RmsNormConfig};
@@ -115,6 +116,19 @@ impl<B: Backend> Mamba2Backbone<B> {
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
+        self.forward_layers_documents(x, None, state)
+    }
+
+    /// [`forward_layers`](Self::forward_layers), over packed rows when `documents` are given.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, documents: `[b, l]`; returns one `[b, l, d_model]` per layer
+    pub fn forward_layers_documents(
+        &self,
+        x: Tensor<B, 3>,
+        documents: Option<&Documents<B>>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
         check_shape(
             "x",
             &x.dims(),
@@ -132,7 +146,7 @@ impl<B: Backend> Mamba2Backbone<B> {
         let mut outputs = Vec::with_capacity(self.layers.len());
         let mut new_states = Vec::with_capacity(self.layers.len());
         for (layer, state) in self.layers.iter().zip(states.iter_mut()) {
-            let (out, s) = layer.forward(h, state.take())?;
+            let (out, s) = layer.forward_documents(h, documents, state.take())?;
             outputs.push(out.clone());
             new_states.push(s);
             h = out;
@@ -148,6 +162,24 @@ impl<B: Backend> Mamba2Backbone<B> {
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
         let (mut outputs, state) = self.forward_layers(x, state)?;
+        let last = outputs.pop().expect("at least one layer");
+        Ok((self.norm_f.forward(last), state))
+    }
+
+    /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to back
+    /// and no layer's state crosses a document boundary (see
+    /// [`Mamba2::forward_documents`](crate::Mamba2::forward_documents)).
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, documents: `[b, l]`; returns `[b, l, d_model]` (after `norm_f`)
+    ///   and the state of each row's last document
+    pub fn forward_documents(
+        &self,
+        x: Tensor<B, 3>,
+        documents: &Documents<B>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        let (mut outputs, state) = self.forward_layers_documents(x, Some(documents), state)?;
         let last = outputs.pop().expect("at least one layer");
         Ok((self.norm_f.forward(last), state))
     }

@@ -4,6 +4,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::documents::Documents;
 use crate::mixer::{Mamba2, Mamba2Config};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::ssd::cast_to;
@@ -49,8 +50,25 @@ impl<B: Backend> Mamba2Block<B> {
         h: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
     ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        self.forward_documents(h, None, state)
+    }
+
+    /// [`forward`](Self::forward), over packed rows when `documents` are given (see
+    /// [`Mamba2::forward_documents`](crate::Mamba2::forward_documents)).
+    ///
+    /// # Shapes
+    /// - h: `[b, l, d_model]`, documents: `[b, l]`; returns `[b, l, d_model]` and the new state
+    pub fn forward_documents(
+        &self,
+        h: Tensor<B, 3>,
+        documents: Option<&Documents<B>>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
         let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
-        let (y, state) = self.mixer.forward(x, state)?;
+        let (y, state) = match documents {
+            Some(documents) => self.mixer.forward_documents(x, documents, state)?,
+            None => self.mixer.forward(x, state)?,
+        };
         let dtype = h.dtype();
         Ok((h + cast_to(y, dtype), state))
     }

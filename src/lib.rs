@@ -9,6 +9,7 @@ pub mod block;
 pub mod checkpoint;
 pub mod cpu;
 pub mod data;
+pub mod documents;
 pub mod error;
 pub mod forecaster;
 pub mod lm;
@@ -26,6 +27,7 @@ pub use block::{Mamba2Block, Mamba2BlockConfig};
 pub use checkpoint::{
     load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat,
 };
+pub use documents::Documents;
 pub use error::{Mamba2Error, Result};
 pub use forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 pub use lm::{Mamba2Lm, Mamba2LmConfig};

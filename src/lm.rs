@@ -6,6 +6,7 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
+use crate::documents::Documents;
 use crate::error::Mamba2Error;
 use crate::state::BackboneState;
 
@@ -177,6 +178,24 @@ impl<B: Backend> Mamba2Lm<B> {
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
         let (h, state) = self.backbone.forward(self.embedding.forward(ids), state)?;
+        Ok((self.head(h), state))
+    }
+
+    /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to back,
+    /// and every document gets the logits it would get alone (see
+    /// [`Mamba2::forward_documents`](crate::Mamba2::forward_documents)).
+    ///
+    /// # Shapes
+    /// - ids: `[b, l]`, documents: `[b, l]`; returns logits `[b, l, vocab]` and the state of
+    ///   each row's last document
+    pub fn forward_documents(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: &Documents<B>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        let x = self.embedding.forward(ids);
+        let (h, state) = self.backbone.forward_documents(x, documents, state)?;
         Ok((self.head(h), state))
     }
 

@@ -3,6 +3,8 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::conv::{Conv1d, Conv1dConfig};
+
+use crate::documents::Documents;
 use burn::nn::{Linear, PaddingConfig1d};
 use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -417,6 +419,32 @@ impl<B: Backend> Mamba2<B> {
         x: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
     ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        self.forward_inner(x, state, None)
+    }
+
+    /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to
+    /// back, and neither the SSM state nor the convolution reads across a document boundary,
+    /// so every document gets the outputs it would get alone. `state` continues each row's
+    /// first document; the returned state is that of each row's last document.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, documents: `[b, l]`
+    /// - returns `[b, l, d_model]` and the new state
+    pub fn forward_documents(
+        &self,
+        x: Tensor<B, 3>,
+        documents: &Documents<B>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        self.forward_inner(x, state, Some(documents))
+    }
+
+    fn forward_inner(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<Mamba2State<B>>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
         check_shape(
             "x",
             &x.dims(),
@@ -434,6 +462,9 @@ impl<B: Backend> Mamba2<B> {
         if let Some(s) = &state {
             self.check_state(s, b)?;
         }
+        if let Some(documents) = documents {
+            documents.check(b, l)?;
+        }
         let (h, p, g, n) = (self.nheads, self.headdim, self.ngroups, self.d_state);
 
         let Projected {
@@ -447,6 +478,12 @@ impl<B: Backend> Mamba2<B> {
             Some(s) => s.conv.clone(),
             None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&x.device(), x.dtype())),
         };
+        // per tap j of the convolution (token t - (K-1-j)): whether it is t's document
+        let taps = documents.map(|d| {
+            (0..self.d_conv)
+                .map(|j| d.same_as_shifted(self.d_conv - 1 - j).unsqueeze_dim::<3>(2))
+                .collect::<Vec<_>>()
+        });
         let ([xs, b_mat, c_mat], conv_state) = self.conv_sequence(
             [
                 x.reshape([b, l, self.d_inner]),
@@ -454,6 +491,7 @@ impl<B: Backend> Mamba2<B> {
                 c_in.reshape([b, l, g * n]),
             ],
             previous,
+            taps.as_deref(),
         );
         let xs = xs.reshape([b, l, h, p]);
         let b_mat = b_mat.reshape([b, l, g, n]);
@@ -461,7 +499,7 @@ impl<B: Backend> Mamba2<B> {
         let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
         let dt = self.dt_activation(dt);
 
-        let (y, ssm_state) = ssd::ssd_chunked(
+        let (y, ssm_state) = ssd::ssd_chunked_documents(
             xs.clone(),
             dt,
             self.a(),
@@ -469,6 +507,7 @@ impl<B: Backend> Mamba2<B> {
             c_mat,
             self.chunk_size,
             state.map(|s| s.ssm),
+            documents.map(Documents::starts),
         );
         let y = y + xs * self.d_skip().unsqueeze::<4>();
         let y = self.gate_and_project(y.reshape([b, l, self.d_inner]), z);
@@ -590,13 +629,14 @@ impl<B: Backend> Mamba2<B> {
         &self,
         pieces: [Tensor<B, 3>; 3],
         previous: Tensor<B, 3>,
+        taps: Option<&[Tensor<B, 3>]>,
     ) -> ([Tensor<B, 3>; 3], Tensor<B, 3>) {
         let mut start = 0;
         let mut windows = Vec::with_capacity(3);
         let out = pieces.map(|piece| {
             let width = piece.dims()[2];
             let (out, window) =
-                self.conv_channels(piece, previous.clone().narrow(1, start, width), start);
+                self.conv_channels(piece, previous.clone().narrow(1, start, width), start, taps);
             start += width;
             windows.push(window);
             out
@@ -607,30 +647,43 @@ impl<B: Backend> Mamba2<B> {
     /// [`Self::conv_sequence`] on the channels `[first, first + c)` of `xBC`.
     ///
     /// # Shapes
-    /// - xbc: `[b, l, c]`, previous: `[b, c, d_conv]`
+    /// - xbc: `[b, l, c]`, previous: `[b, c, d_conv]`, taps: `d_conv` of `[b, l, 1]` (1 where
+    ///   tap `j`, token `t - (d_conv-1-j)`, is in `t`'s document)
     /// - returns `[b, l, c]` and the new window `[b, c, d_conv]`
     fn conv_channels(
         &self,
         xbc: Tensor<B, 3>,
         previous: Tensor<B, 3>,
         first: usize,
+        taps: Option<&[Tensor<B, 3>]>,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let [_, l, c] = xbc.dims();
         let k = self.d_conv;
         // the K-1 newest columns of the previous window, then the new ones: [b, K-1+l, c]
         let full = Tensor::cat(vec![previous.narrow(2, 1, k - 1).swap_dims(1, 2), xbc], 1);
         let weight = self.conv1d.weight.val().narrow(0, first, c).reshape([c, k]);
-        let mut out =
-            full.clone().narrow(1, 0, l) * weight.clone().narrow(1, 0, 1).reshape([1, 1, c]);
+        let tap = |j: usize| {
+            let term = full.clone().narrow(1, j, l);
+            let term = match taps {
+                Some(taps) => term * taps[j].clone(),
+                None => term,
+            };
+            term * weight.clone().narrow(1, j, 1).reshape([1, 1, c])
+        };
+        let mut out = tap(0);
         for j in 1..k {
-            out = out
-                + full.clone().narrow(1, j, l) * weight.clone().narrow(1, j, 1).reshape([1, 1, c]);
+            out = out + tap(j);
         }
         if let Some(bias) = &self.conv1d.bias {
             out = out + bias.val().narrow(0, first, c).reshape([1, 1, c]);
         }
-        let window = full.narrow(1, l - 1, k).swap_dims(1, 2);
-        (silu(out), window)
+        let mut window = full.narrow(1, l - 1, k);
+        if let Some(taps) = taps {
+            // the columns of the last token's document only, as if it had run alone
+            let last = taps.iter().map(|m| m.clone().narrow(1, l - 1, 1)).collect();
+            window = window * Tensor::cat(last, 1);
+        }
+        (silu(out), window.swap_dims(1, 2))
     }
 
     /// `dt = clamp(softplus(dt + dt_bias), dt_limit)`, in f32 or wider.

@@ -15,6 +15,13 @@
 //! starting from `S_{-1}` = the initial state (zeros by default). The `D·x` skip connection and
 //! the gate are applied by the mixer, not here.
 //!
+//! Packed sequences (the reference's `seq_idx`): with document starts, a row holds several
+//! documents back to back and no state flows across a start: `S_{t-1}` is dropped at a start
+//! `t`, as if each document ran alone (the initial state belongs to the first one). The chunked
+//! form adds [`DOCUMENT_START_LOG_DECAY`] to `dA` at each start, so that every decay spanning it
+//! is exactly 0 (`exp` underflows; no infinity enters the graph); the recurrence multiplies the
+//! state by 0 there.
+//!
 //! Precision: when the inputs are in a half-precision type, every function here computes in
 //! `f32` (dt, A, the decays and the states) and returns `y` in the input's type; the states it
 //! returns are `f32`.
@@ -99,11 +106,42 @@ pub fn discretize<B: Backend>(
     (x_dt, da)
 }
 
+/// The log-decay added at a document's first token in the chunked form: every decay across a
+/// document start becomes `exp(≤ -10⁴) = 0` exactly, in `f32` and `f64`, with a zero gradient.
+pub const DOCUMENT_START_LOG_DECAY: f64 = -1.0e4;
+
+/// Document starts in the chunk layout: `dA + DOCUMENT_START_LOG_DECAY · start`.
+///
+/// # Shapes
+/// - da: `[b, c, g, r, q]`, starts: `[b, l]` (1 at a document's first token, else 0; `l ≤ c·q`)
+/// - returns `[b, c, g, r, q]`
+pub fn start_documents<B: Backend>(da: Tensor<B, 5>, starts: Tensor<B, 2>) -> Tensor<B, 5> {
+    let [b, c, _, _, q] = da.dims();
+    let starts = pad_time(cast_to(starts, da.dtype()), q).reshape([b, c, 1, 1, q]);
+    da + starts * DOCUMENT_START_LOG_DECAY
+}
+
+/// The log-decay from each position to the end of its chunk, `Σ_{k=l+1}^{q-1} dA[k]`, summed
+/// from its own terms (one product with the strictly-lower-triangular matrix of ones), not as
+/// the difference of two cumulative sums: a difference would cancel the large
+/// [`DOCUMENT_START_LOG_DECAY`] terms and lose the small ones.
+///
+/// # Shapes
+/// - da: `[b, c, g, r, q]`; returns the same shape
+pub fn chunk_decay_to_end<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
+    let [b, c, g, r, q] = da.dims();
+    // later[k, l] = 1 for k > l
+    let later = tril_ones::<B>(q, -1, da.dtype(), &da.device());
+    da.reshape([b * c * g * r, q])
+        .matmul(later)
+        .reshape([b, c, g, r, q])
+}
+
 /// The inclusive cumulative sum of the log-decays within each chunk, `Acs[l] = Σ_{k ≤ l} dA[k]`,
 /// as one product with the `q × q` upper-triangular matrix of ones: each entry sums exactly the
-/// same terms as a running sum, and the whole tensor is one matrix multiplication (at
-/// L = 4,096, b 8, h 8 this saved 5–9 ms of the chunked SSD's 0.20–0.23 s against
-/// burn-ndarray 0.21.0's cumulative sum along the last axis).
+/// same terms as a running sum, and the whole tensor is one matrix multiplication, which
+/// every backend runs as a tuned kernel (burn-ndarray's cumulative sum along the last axis is a
+/// strided loop; burn-cubecl's re-reads each prefix).
 ///
 /// # Shapes
 /// - da: `[b, c, g, r, q]`; returns the same shape
@@ -265,21 +303,19 @@ pub fn chunk_diagonal<B: Backend>(
 /// state at its start, transposed (`n` before `p`, so that both products of the state read
 /// contiguous operands).
 ///
-/// `states[c]ᵀ = Σ_l exp(Acs[q-1] - Acs[l]) · B_l ⊗ x̃_l`
+/// `states[c]ᵀ = Σ_l exp(Σ_{k=l+1}^{q-1} dA[k]) · B_l ⊗ x̃_l`
 ///
 /// # Shapes
-/// - x_dt: `[b, c, g, r, q, p]`, a_cumsum: `[b, c, g, r, q]` (per-chunk inclusive cumsum of dA),
+/// - x_dt: `[b, c, g, r, q, p]`, to_end: `[b, c, g, r, q]` ([`chunk_decay_to_end`]),
 ///   b_t: `[b, c, g, n, q]`
 /// - returns `[b, c, g, r, n, p]`
 pub fn chunk_states<B: Backend>(
     x_dt: Tensor<B, 6>,
-    a_cumsum: Tensor<B, 5>,
+    to_end: Tensor<B, 5>,
     b_t: Tensor<B, 5>,
 ) -> Tensor<B, 6> {
-    let q = a_cumsum.dims()[4];
-    let last = a_cumsum.clone().narrow(4, q - 1, 1);
     // [b, c, g, r, q, 1]
-    let decay_to_end = (last - a_cumsum).exp().unsqueeze_dim::<6>(5);
+    let decay_to_end = to_end.exp().unsqueeze_dim::<6>(5);
     // Bᵀ of the group, shared by its r heads, times the decayed inputs
     b_t.unsqueeze_dim::<6>(3).matmul(x_dt * decay_to_end)
 }
@@ -415,6 +451,26 @@ pub fn ssd_chunked<B: Backend>(
     chunk_size: usize,
     initial_state: Option<Tensor<B, 4>>,
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    ssd_chunked_documents(x, dt, a, b_mat, c_mat, chunk_size, initial_state, None)
+}
+
+/// [`ssd_chunked`] over packed rows: `starts` marks each document's first token (see the module
+/// documentation); the final state is that of each row's last document.
+///
+/// # Shapes
+/// - as [`ssd_chunked`], and starts: `[b, l]` (1 at a start, else 0; a start at `t = 0` drops
+///   the initial state)
+#[allow(clippy::too_many_arguments)]
+pub fn ssd_chunked_documents<B: Backend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    chunk_size: usize,
+    initial_state: Option<Tensor<B, 4>>,
+    starts: Option<Tensor<B, 2>>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let [b, l, h, p] = x.dims();
     let [_, _, g, n] = b_mat.dims();
     let (r, q) = (h / g, chunk_size);
@@ -432,12 +488,16 @@ pub fn ssd_chunked<B: Backend>(
     let (x, dt, b_t, c_mat) = chunk(x, dt, b_mat, c_mat, q);
     let c = x.dims()[1];
     let (x_dt, da) = discretize(x, dt, a);
+    let da = match starts {
+        Some(starts) => start_documents(da, starts),
+        None => da,
+    };
     let a_cumsum = chunk_cumsum(da.clone());
 
     // 1. diagonal blocks
-    let y_diag = chunk_diagonal(x_dt.clone(), da, b_t.clone(), c_mat.clone());
+    let y_diag = chunk_diagonal(x_dt.clone(), da.clone(), b_t.clone(), c_mat.clone());
     // 2. chunk states
-    let states = chunk_states(x_dt, a_cumsum.clone(), b_t);
+    let states = chunk_states(x_dt, chunk_decay_to_end(da), b_t);
     // 3. inter-chunk recurrence, on transposed states
     let initial = match initial_state {
         Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]).swap_dims(3, 4),
@@ -519,12 +579,31 @@ pub fn ssd_sequential<B: Backend>(
     c_mat: Tensor<B, 4>,
     initial_state: Option<Tensor<B, 4>>,
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    ssd_sequential_documents(x, dt, a, b_mat, c_mat, initial_state, None)
+}
+
+/// [`ssd_sequential`] over packed rows: the state is multiplied by 0 at each document start.
+///
+/// # Shapes
+/// - as [`ssd_chunked_documents`]
+pub fn ssd_sequential_documents<B: Backend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    initial_state: Option<Tensor<B, 4>>,
+    starts: Option<Tensor<B, 2>>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let [b, l, h, p] = x.dims();
     let n = b_mat.dims()[3];
     let mut state = initial_state
         .unwrap_or_else(|| Tensor::zeros([b, h, p, n], (&x.device(), compute_dtype(x.dtype()))));
     let mut ys = Vec::with_capacity(l);
     for t in 0..l {
+        if let Some(starts) = &starts {
+            state = continue_rows(state, starts.clone().narrow(1, t, 1).reshape([b]));
+        }
         let (y, s) = ssd_step(
             x.clone().narrow(1, t, 1).squeeze_dim::<3>(1),
             dt.clone().narrow(1, t, 1).squeeze_dim::<2>(1),
@@ -537,4 +616,19 @@ pub fn ssd_sequential<B: Backend>(
         state = s;
     }
     (Tensor::stack(ys, 1), state)
+}
+
+/// Keeps each row's state where `start` is 0 and drops it (zeros) where it is 1: a new
+/// document begins in that row.
+///
+/// # Shapes
+/// - state: `[b, ...]`, start: `[b]`; returns the shape of `state`
+pub fn continue_rows<B: Backend, const D: usize>(
+    state: Tensor<B, D>,
+    start: Tensor<B, 1>,
+) -> Tensor<B, D> {
+    let mut shape = [1; D];
+    shape[0] = start.dims()[0];
+    let keep = (cast_to(start, state.dtype()).neg() + 1.0).reshape(shape);
+    state * keep
 }

@@ -2,6 +2,8 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::ssd::continue_rows;
+
 /// The state of one [`Mamba2`](crate::Mamba2) mixer after some prefix of a sequence.
 ///
 /// With it, a sequence can be processed whole, in pieces of any length, or one token at a
@@ -29,6 +31,18 @@ impl<B: Backend> Mamba2State<B> {
             ssm: self.ssm.detach(),
         }
     }
+
+    /// Starts a new document in the rows where `starts` is 1 (their state becomes that of a
+    /// fresh sequence) and keeps the others: the recurrent step's form of packed sequences.
+    ///
+    /// # Shapes
+    /// - starts: `[b]` (1 or 0)
+    pub fn start_documents(self, starts: Tensor<B, 1>) -> Self {
+        Self {
+            conv: continue_rows(self.conv, starts.clone()),
+            ssm: continue_rows(self.ssm, starts),
+        }
+    }
 }
 
 /// The state of a whole stack of layers: one [`Mamba2State`] per layer, in order.
@@ -43,6 +57,20 @@ impl<B: Backend> BackboneState<B> {
     pub fn detach(self) -> Self {
         Self {
             layers: self.layers.into_iter().map(Mamba2State::detach).collect(),
+        }
+    }
+
+    /// [`Mamba2State::start_documents`] in every layer.
+    ///
+    /// # Shapes
+    /// - starts: `[b]` (1 or 0)
+    pub fn start_documents(self, starts: Tensor<B, 1>) -> Self {
+        Self {
+            layers: self
+                .layers
+                .into_iter()
+                .map(|s| s.start_documents(starts.clone()))
+                .collect(),
         }
     }
 }

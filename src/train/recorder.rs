@@ -15,10 +15,10 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use burn::record::{BurnRecord, Record};
 use burn::record::{
     FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
 };
-use burn::record::{BurnRecord, Record};
 use burn::tensor::backend::Backend;
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -27,7 +27,9 @@ static DEVICE_READS: Mutex<()> = Mutex::new(());
 /// Held while a record is read from the device for a checkpoint, and by the optimizer step
 /// (see the module documentation).
 pub(crate) fn exclusive_device_reads() -> MutexGuard<'static, ()> {
-    DEVICE_READS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    DEVICE_READS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Wraps a [`FileRecorder`] so that every save is a write to `.<name>.<ext>` followed by a

@@ -4,6 +4,7 @@
 // initialised on `B` after seeding it.
 
 use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
 use burn::tensor::activation::softplus;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
@@ -596,4 +597,180 @@ fn learner_run_lowers_the_loss() {
     let loaded = mamba2_burn::load_lm::<B>(dir.path().join("model"), &dev()).unwrap();
     let reloaded = evaluate_lm(&loaded, &data(3, 64), 32, Some(0), &dev()).unwrap();
     assert_eq!(reloaded.loss, after.loss, "{NAME}: the saved model scores differently");
+}
+
+/// The documents of the packed tests: row 0 holds a document shorter than the convolution
+/// window, one of a single token and boundaries inside and on the edges of chunks; row 1 one
+/// document.
+fn packed_rows(l: usize) -> Vec<Vec<usize>> {
+    assert!(l >= 9);
+    vec![vec![5, 1, l - 9, 3], vec![l]]
+}
+
+/// Packed rows through the chunked SSD equal the sequential recurrence, whose state is
+/// dropped at every document start.
+#[test]
+fn packed_ssd_chunked_matches_sequential() {
+    use mamba2_burn::ssd::{ssd_chunked_documents, ssd_sequential_documents};
+    use mamba2_burn::Documents;
+    let _rng = seeded(41);
+    let mut worst: f64 = 0.0;
+    // (l, h, p, n, g, q)
+    for (l, h, p, n, g, q) in [(29, 4, 8, 8, 2, 8), (14, 2, 4, 4, 1, 3), (40, 3, 4, 8, 1, 16)] {
+        let i = ssd_inputs(2, l, h, p, n, g, true);
+        let starts = Documents::<B>::from_lengths(&packed_rows(l), &dev()).unwrap().starts();
+        let (y_seq, s_seq) = ssd_sequential_documents(
+            i.x.clone(),
+            i.dt.clone(),
+            i.a.clone(),
+            i.b.clone(),
+            i.c.clone(),
+            i.init.clone(),
+            Some(starts.clone()),
+        );
+        let (y, s) = ssd_chunked_documents(i.x, i.dt, i.a, i.b, i.c, q, i.init, Some(starts));
+        let tag = format!("l={l} h={h} g={g} q={q}");
+        worst = worst.max(assert_close(&format!("packed y, {tag}"), y, y_seq));
+        worst = worst.max(assert_close(&format!("packed final state, {tag}"), s, s_seq));
+    }
+    eprintln!("{NAME}: packed chunked vs sequential: worst relative error {worst:.2e}");
+}
+
+/// A packed batch through the mixer gives every document the outputs, final state and
+/// gradients (inputs and every parameter) it gets when run alone; the state passed in
+/// continues each row's first document. The recurrent step with `start_documents` gives the
+/// same outputs token by token.
+#[test]
+fn packed_mixer_equals_documents_one_by_one() {
+    use mamba2_burn::Documents;
+    type A = Autodiff<B>;
+    let _rng = seeded(43);
+    let mut worst: f64 = 0.0;
+    let configs = mixer_configs();
+    for (k, config) in [0, 1, 2].map(|k| (k, configs[k].clone())) {
+        let mixer = config.init::<A>(&dev()).unwrap();
+        let (b, l, d) = (2, 23, config.d_model);
+        let rows = packed_rows(l);
+        let documents = Documents::<A>::from_lengths(&rows, &dev()).unwrap();
+        let x: Tensor<A, 3> = Tensor::from_inner(randn([b, l, d]));
+        let w: Tensor<A, 3> = Tensor::from_inner(randn([b, l, d]));
+        let zero = mixer.zero_state(b, &dev());
+        let initial = Mamba2State {
+            conv: Tensor::from_inner(randn(zero.conv.dims())),
+            ssm: Tensor::from_inner(randn(zero.ssm.dims())),
+        };
+        let row_state = |s: &Mamba2State<A>, r: usize| Mamba2State {
+            conv: s.conv.clone().narrow(0, r, 1),
+            ssm: s.ssm.clone().narrow(0, r, 1),
+        };
+
+        // packed
+        let x_packed = x.clone().require_grad();
+        let (y, s) = mixer
+            .forward_documents(x_packed.clone(), &documents, Some(initial.clone()))
+            .unwrap();
+        let grads_packed = (y.clone() * w.clone()).sum().backward();
+
+        // one by one
+        let x_alone = x.clone().require_grad();
+        let mut loss = Tensor::<A, 1>::zeros([1], &dev());
+        for (r, lengths) in rows.iter().enumerate() {
+            let mut start = 0;
+            for (j, &len) in lengths.iter().enumerate() {
+                let piece = x_alone.clone().narrow(0, r, 1).narrow(1, start, len);
+                let state = (j == 0).then(|| row_state(&initial, r));
+                let (y_doc, s_doc) = mixer.forward(piece, state).unwrap();
+                let tag = format!("config {k}, row {r}, document {j}");
+                let packed = y.clone().narrow(0, r, 1).narrow(1, start, len);
+                worst = worst.max(assert_close(
+                    &format!("y, {tag}"),
+                    packed.inner(),
+                    y_doc.clone().inner(),
+                ));
+                if j + 1 == lengths.len() {
+                    let s_row = row_state(&s, r);
+                    worst = worst.max(assert_close(
+                        &format!("final ssm state, {tag}"),
+                        s_row.ssm.inner(),
+                        s_doc.ssm.inner(),
+                    ));
+                    worst = worst.max(assert_close(
+                        &format!("final conv window, {tag}"),
+                        s_row.conv.inner(),
+                        s_doc.conv.inner(),
+                    ));
+                }
+                let w_doc = w.clone().narrow(0, r, 1).narrow(1, start, len);
+                loss = loss + (y_doc * w_doc).sum();
+                start += len;
+            }
+        }
+        let grads_alone = loss.backward();
+        let flat = |t: Tensor<B, 1>| t;
+        let pairs = vec![
+            (
+                "x",
+                x_packed.grad(&grads_packed).unwrap().reshape([-1]),
+                x_alone.grad(&grads_alone).unwrap().reshape([-1]),
+            ),
+            (
+                "in_proj",
+                mixer.in_proj.weight.grad(&grads_packed).unwrap().reshape([-1]),
+                mixer.in_proj.weight.grad(&grads_alone).unwrap().reshape([-1]),
+            ),
+            (
+                "conv1d",
+                mixer.conv1d.weight.grad(&grads_packed).unwrap().reshape([-1]),
+                mixer.conv1d.weight.grad(&grads_alone).unwrap().reshape([-1]),
+            ),
+            (
+                "dt_bias",
+                flat(mixer.dt_bias.grad(&grads_packed).unwrap()),
+                flat(mixer.dt_bias.grad(&grads_alone).unwrap()),
+            ),
+            (
+                "A_log",
+                flat(mixer.a_log.grad(&grads_packed).unwrap()),
+                flat(mixer.a_log.grad(&grads_alone).unwrap()),
+            ),
+            (
+                "D",
+                flat(mixer.d.grad(&grads_packed).unwrap()),
+                flat(mixer.d.grad(&grads_alone).unwrap()),
+            ),
+            (
+                "out_proj",
+                mixer.out_proj.weight.grad(&grads_packed).unwrap().reshape([-1]),
+                mixer.out_proj.weight.grad(&grads_alone).unwrap().reshape([-1]),
+            ),
+        ];
+        for (name, got, want) in pairs {
+            worst = worst.max(assert_close(&format!("grad {name}, config {k}"), got, want));
+        }
+
+        // token by token, a new document started in the rows where one begins
+        let inner = mixer.valid();
+        let starts = documents.starts().inner();
+        let mut state = Mamba2State {
+            conv: initial.conv.clone().inner(),
+            ssm: initial.ssm.clone().inner(),
+        };
+        let mut ys = Vec::new();
+        for t in 0..l {
+            state = state.start_documents(starts.clone().narrow(1, t, 1).reshape([b]));
+            let (y_t, next) = inner
+                .step(x.clone().inner().narrow(1, t, 1).squeeze_dim::<2>(1), state)
+                .unwrap();
+            ys.push(y_t);
+            state = next;
+        }
+        let tag = format!("config {k}");
+        worst = worst.max(assert_close(
+            &format!("steps, {tag}"),
+            Tensor::stack(ys, 1),
+            y.inner(),
+        ));
+        worst = worst.max(assert_close(&format!("steps' final state, {tag}"), state.ssm, s.ssm.inner()));
+    }
+    eprintln!("{NAME}: packed mixer vs documents one by one: worst relative error {worst:.2e}");
 }
