@@ -56,6 +56,9 @@ run)
         echo "== the same shape, backbone only"
         "$BIN/bench" --device cuda --preset 130m --vocab 0 --mode train,forward --iters 5 \
             || echo "FAILED: bench"
+        echo "== mamba2-130m bench on Cuda in bf16 (the SSD's decays and states in f32)"
+        "$BIN/bench" --device cuda --preset 130m --dtype bf16 --mode train,forward --iters 5 \
+            || echo "FAILED: bench"
     } 2>&1 | tee "$log"
     if [ -n "${OUT:-}" ]; then cp "$log" "$OUT/"; fi
     ;;

@@ -665,7 +665,10 @@ impl<B: Backend> Mamba2<B> {
         let tap = |j: usize| {
             let term = full.clone().narrow(1, j, l);
             let term = match taps {
-                Some(taps) => term * taps[j].clone(),
+                Some(taps) => {
+                    let dtype = term.dtype();
+                    term * ssd::cast_to(taps[j].clone(), dtype)
+                }
                 None => term,
             };
             term * weight.clone().narrow(1, j, 1).reshape([1, 1, c])
@@ -681,7 +684,8 @@ impl<B: Backend> Mamba2<B> {
         if let Some(taps) = taps {
             // the columns of the last token's document only, as if it had run alone
             let last = taps.iter().map(|m| m.clone().narrow(1, l - 1, 1)).collect();
-            window = window * Tensor::cat(last, 1);
+            let dtype = window.dtype();
+            window = window * ssd::cast_to(Tensor::cat(last, 1), dtype);
         }
         (silu(out), window.swap_dims(1, 2))
     }

@@ -61,9 +61,15 @@ fn rms_normalize<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tenso
 impl<B: Backend> RmsNorm<B> {
     /// # Shapes
     /// - x: `[..., d_model]`
-    /// - returns `[..., d_model]`
+    /// - returns `[..., d_model]`, in the weight's float type
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        rms_normalize(x, self.eps) * self.weight.val().unsqueeze()
+        // in the input's type (the residual stream is f32 or wider even in a half-precision
+        // model), then in the weight's: the next layer's type
+        let weight = self.weight.val();
+        let dtype = weight.dtype();
+        let x = rms_normalize(x, self.eps);
+        let compute = x.dtype();
+        cast_to(x * cast_to(weight, compute).unsqueeze(), dtype)
     }
 }
 
