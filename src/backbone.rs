@@ -161,9 +161,7 @@ impl<B: Backend> Mamba2Backbone<B> {
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
-        let (mut outputs, state) = self.forward_layers(x, state)?;
-        let last = outputs.pop().expect("at least one layer");
-        Ok((self.norm_f.forward(last), state))
+        self.forward_inner(x, None, state)
     }
 
     /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to back
@@ -179,7 +177,17 @@ impl<B: Backend> Mamba2Backbone<B> {
         documents: &Documents<B>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
-        let (mut outputs, state) = self.forward_layers_documents(x, Some(documents), state)?;
+        self.forward_inner(x, Some(documents), state)
+    }
+
+    /// The last layer's output after `norm_f`, over packed rows when `documents` are given.
+    fn forward_inner(
+        &self,
+        x: Tensor<B, 3>,
+        documents: Option<&Documents<B>>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        let (mut outputs, state) = self.forward_layers_documents(x, documents, state)?;
         let last = outputs.pop().expect("at least one layer");
         Ok((self.norm_f.forward(last), state))
     }

@@ -65,10 +65,7 @@ impl<B: Backend> Mamba2Block<B> {
         state: Option<Mamba2State<B>>,
     ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
         let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
-        let (y, state) = match documents {
-            Some(documents) => self.mixer.forward_documents(x, documents, state)?,
-            None => self.mixer.forward(x, state)?,
-        };
+        let (y, state) = self.mixer.forward_inner(x, state, documents)?;
         let dtype = h.dtype();
         Ok((h + cast_to(y, dtype), state))
     }

@@ -439,7 +439,8 @@ impl<B: Backend> Mamba2<B> {
         self.forward_inner(x, state, Some(documents))
     }
 
-    fn forward_inner(
+    /// [`forward`](Self::forward), over packed rows when `documents` are given.
+    pub(crate) fn forward_inner(
         &self,
         x: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
