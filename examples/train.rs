@@ -22,14 +22,16 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
-use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB};
+use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
 use mamba2_burn::train::{
-    evaluate_forecaster, evaluate_lm, train_forecaster, train_lm, ForecastTrainingConfig,
-    LmTrainingConfig, Mamba2OptimizerConfig, ProgressMode,
+    evaluate_forecaster, evaluate_lm, train_forecaster, train_lm, ForecastLoss,
+    ForecastTrainingConfig, LmTrainingConfig, Mamba2OptimizerConfig, ProgressMode,
 };
-use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2ForecasterConfig, Mamba2LmConfig};
+use mamba2_burn::{
+    ForecastHead, Mamba2BackboneConfig, Mamba2Config, Mamba2ForecasterConfig, Mamba2LmConfig,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Task {
@@ -45,6 +47,22 @@ enum Task {
     Market,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HeadArg {
+    /// The last token's hidden state.
+    Last,
+    /// Every token's hidden state (PatchTST's flatten head).
+    Flatten,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LossArg {
+    /// Mean squared error.
+    Mse,
+    /// Mean absolute error.
+    Mae,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Train a Mamba-2 language model with Burn's Learner")]
 struct Args {
@@ -54,6 +72,11 @@ struct Args {
     /// Text file for --task lm.
     #[arg(long)]
     text: Option<PathBuf>,
+    /// LM: the documents of --text each end with this (`\n`, `\t` and `\\` escapes; default
+    /// a blank line, `\n\n`); no state flows from one document into the next. An empty
+    /// string: no documents, windows of plain text.
+    #[arg(long)]
+    separator: Option<String>,
     /// Width of the residual stream.
     #[arg(long)]
     d_model: Option<usize>,
@@ -133,6 +156,24 @@ struct Args {
     /// Forecast: no reversible instance normalisation.
     #[arg(long)]
     no_revin: bool,
+    /// Forecast: time steps per token (PatchTST's patches; 1: one token per step).
+    #[arg(long)]
+    patch_len: Option<usize>,
+    /// Forecast: steps between patch starts (default: half the patch length).
+    #[arg(long)]
+    patch_stride: Option<usize>,
+    /// Forecast: the head reads the last token (`last`) or every token (`flatten`).
+    #[arg(long, value_enum)]
+    head: Option<HeadArg>,
+    /// Forecast: dropout before the head.
+    #[arg(long)]
+    head_dropout: Option<f64>,
+    /// Forecast: stop after this many epochs without a better validation loss (0: never).
+    #[arg(long)]
+    patience: Option<usize>,
+    /// Forecast: the training loss (default mae; validation and test report both).
+    #[arg(long, value_enum)]
+    loss: Option<LossArg>,
     /// Market: DBN files (MBP-1, trades or OHLCV; .dbn or .dbn.zst).
     #[arg(long, num_args = 1..)]
     dbn: Vec<PathBuf>,
@@ -190,7 +231,20 @@ fn defaults(task: Task) -> Defaults {
             train_size: 4096,
             vocab: 16,
         },
-        Task::Forecast | Task::Market => Defaults {
+        Task::Forecast => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 16,
+            seq_len: 0,
+            batch_size: 32,
+            epochs: 10,
+            lr: 1e-3,
+            train_size: 0,
+            vocab: 0,
+        },
+        Task::Market => Defaults {
             d_model: 64,
             n_layer: 2,
             d_state: 32,
@@ -218,6 +272,10 @@ fn defaults(task: Task) -> Defaults {
         },
     }
 }
+
+/// Forecasting: steps per token (patches overlap by half) and the early-stopping patience.
+const FORECAST_PATCH_LEN: usize = 16;
+const FORECAST_PATIENCE: usize = 3;
 
 type Data = Box<dyn Dataset<SequenceItem>>;
 
@@ -309,7 +367,16 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
         Task::Forecast | Task::Market => unreachable!("windowed tasks run in run_forecast"),
         Task::Lm => {
             let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
-            let corpus = ByteCorpus::from_file(path, seq_len).map_err(|e| e.to_string())?;
+            let corpus = match args.separator.as_deref() {
+                Some("") => ByteCorpus::from_file(path, seq_len),
+                separator => {
+                    let separator = separator
+                        .map(unescape)
+                        .unwrap_or_else(|| PARAGRAPH_SEPARATOR.to_vec());
+                    ByteCorpus::packed_from_file(path, seq_len, &separator)
+                }
+            }
+            .map_err(|e| e.to_string())?;
             use burn::data::dataset::InMemDataset;
             Ok(TaskData {
                 train: Box::new(InMemDataset::new(corpus.train)),
@@ -429,10 +496,7 @@ fn direction_accuracy<B: burn::tensor::backend::Backend>(
     device: &B::Device,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     use burn::data::dataloader::batcher::Batcher;
-    let batcher = mamba2_burn::data::timeseries::WindowBatcher {
-        lookback,
-        horizon: 1,
-    };
+    let batcher = mamba2_burn::data::timeseries::WindowBatcher::new(lookback, 1);
     let (mean, std) = (data.scaler.mean[target], data.scaler.std[target]);
     let (mut hits, mut total) = (0usize, 0usize);
     let n = data.test.len();
@@ -459,7 +523,7 @@ fn run_forecast<B: AutodiffBackend>(
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let d = defaults(Task::Forecast);
+    let d = defaults(args.task);
     let (data, describe) = windowed_data(args)?;
     let market = args.task == Task::Market;
     let (lookback, horizon) = if market {
@@ -471,11 +535,39 @@ fn run_forecast<B: AutodiffBackend>(
     let n_targets = data.train.n_targets();
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let epochs = epochs_for(args, &d, data.train.len().div_ceil(batch_size.max(1)));
-    // market windows: five features in, one return out, so the variables mix and RevIN is off
+    // market windows: five features in, one return out, so the variables mix and RevIN is off;
+    // market models stream tick by tick, so one token per step and the last-token head
+    let patch_len = args
+        .patch_len
+        .unwrap_or(if market { 1 } else { FORECAST_PATCH_LEN });
+    let head = match args.head {
+        Some(HeadArg::Flatten) => ForecastHead::Flatten,
+        Some(HeadArg::Last) => ForecastHead::Last,
+        None if market => ForecastHead::Last,
+        None => ForecastHead::Flatten,
+    };
     let model = Mamba2ForecasterConfig::new(n_vars, n_targets, horizon, backbone_config(args, &d))
         .with_revin(!args.no_revin && !market)
-        .with_channel_independent(!args.channel_mixing && !market);
+        .with_channel_independent(!args.channel_mixing && !market)
+        .with_patch_len(patch_len)
+        .with_patch_stride(Some(args.patch_stride.unwrap_or(patch_len.div_ceil(2))))
+        .with_head(head)
+        .with_lookback(Some(lookback))
+        .with_head_dropout(args.head_dropout.unwrap_or(0.0));
+    let patience = match args.patience {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => Some(FORECAST_PATIENCE),
+    };
+    let loss = match args.loss {
+        Some(LossArg::Mse) => ForecastLoss::Mse,
+        Some(LossArg::Mae) => ForecastLoss::Mae,
+        None if market => ForecastLoss::Mse,
+        None => ForecastLoss::Mae,
+    };
     let config = ForecastTrainingConfig::new(model, lookback)
+        .with_loss(loss)
+        .with_patience(patience)
         .with_lr(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
         .with_batch_size(batch_size)
@@ -586,6 +678,29 @@ fn run<B: AutodiffBackend>(
     };
     println!("result: task={task_name} {metrics} {describe} elapsed_s={elapsed:.1}");
     Ok(())
+}
+
+/// The bytes of `--separator`, with `\n`, `\t` and `\\` escapes.
+fn unescape(text: &str) -> Vec<u8> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out.into_bytes()
 }
 
 /// The optimizer with `--weight-decay`, if given.

@@ -65,6 +65,13 @@ impl<B: Backend> Documents<B> {
         self.seq_idx.clone()
     }
 
+    /// The documents of rows `start..start + len`.
+    pub fn narrow_rows(&self, start: usize, len: usize) -> Self {
+        Self {
+            seq_idx: self.seq_idx.clone().narrow(0, start, len),
+        }
+    }
+
     /// `[b, l]`.
     pub fn dims(&self) -> [usize; 2] {
         self.seq_idx.dims()

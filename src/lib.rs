@@ -29,7 +29,7 @@ pub use checkpoint::{
 };
 pub use documents::Documents;
 pub use error::{Mamba2Error, Result};
-pub use forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
+pub use forecaster::{ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig};
 pub use lm::{Mamba2Lm, Mamba2LmConfig};
 pub use mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};

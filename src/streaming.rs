@@ -40,8 +40,24 @@ pub struct StreamingForecaster {
 impl StreamingForecaster {
     /// Copies the weights of `model` (any backend) for streaming from an empty history.
     ///
-    /// Fails with [`Mamba2Error::InvalidConfig`] (field `revin`) when the model uses RevIN.
+    /// Fails with [`Mamba2Error::InvalidConfig`] when the model uses RevIN (field `revin`),
+    /// patches of more than one step (`patch_len`) or the flatten head (`head`).
     pub fn new<B: Backend>(model: &Mamba2Forecaster<B>) -> crate::Result<Self> {
+        if model.patch_len() != 1 {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "patch_len",
+                reason: "a streaming forecaster takes one observation per token: patch_len = 1"
+                    .into(),
+            });
+        }
+        if model.flatten_head() {
+            return Err(Mamba2Error::InvalidConfig {
+                field: "head",
+                reason: "the flatten head reads every token of a fixed window; stream a model \
+                         with the last-token head (ForecastHead::Last)"
+                    .into(),
+            });
+        }
         if model.revin.is_some() {
             return Err(Mamba2Error::InvalidConfig {
                 field: "revin",

@@ -109,10 +109,7 @@ fn training_steps_lower_the_forecast_error_on_a_csv_series() {
     let mut model: Mamba2Forecaster<A> = config(2, 2, true, true).init(&dev).unwrap();
     let mut optim =
         Mamba2OptimizerConfig::new().init::<A, Mamba2Forecaster<A>>(NonFiniteGuard::default());
-    let batcher = WindowBatcher {
-        lookback: 32,
-        horizon: 6,
-    };
+    let batcher = WindowBatcher::new(32, 6);
     let test: ForecastBatch<A> = batcher.batch(
         (0..data.test.len())
             .filter_map(|i| data.test.get(i))
@@ -270,4 +267,262 @@ fn forecasting_run_writes_artifacts_and_reloads() {
         load_forecaster::<B>(dir.path().join("missing"), &dev),
         Err(Mamba2Error::File { .. })
     ));
+}
+
+/// Patches are the window's steps as documented: `patch_len` steps, `patch_stride` apart, the
+/// last ending at the last step, each step's variables side by side; the flatten head reads
+/// every token. Checked against the model's own layers applied to patches built on the host
+/// (relative 1e-6: the same operations in the same order, on other but equal-valued inputs).
+#[test]
+fn patches_and_the_flatten_head_follow_the_documented_layout() {
+    use mamba2_burn::ForecastHead;
+    let dev = Default::default();
+    let _rng = common::seeded(11);
+    let lookback = 13; // stride 3, patch 5: 3 patches at steps 2..7, 5..10, 8..13
+    let (len, stride, n) = (5, 3, 3);
+    let x = Tensor::<B, 3>::random([2, lookback, 3], Distribution::Normal(0.0, 1.0), &dev);
+    let rows: Vec<f32> = x.clone().into_data().to_vec().unwrap();
+    for ci in [true, false] {
+        let model: Mamba2Forecaster<B> = config(3, 3, false, ci)
+            .with_patch_len(len)
+            .with_patch_stride(Some(stride))
+            .with_head(ForecastHead::Flatten)
+            .with_lookback(Some(lookback))
+            .init(&dev)
+            .unwrap();
+        let got = model.forward(x.clone()).unwrap();
+        assert_eq!(got.dims(), [2, 6, 3]);
+        // host-built tokens: [sequences, n, len · vars]
+        let (seqs, vars) = if ci { (2 * 3, 1) } else { (2, 3) };
+        let mut tokens = Vec::new();
+        for s in 0..seqs {
+            for p in 0..n {
+                for t in 0..len {
+                    let step = lookback - len - (n - 1 - p) * stride + t;
+                    for v in 0..vars {
+                        let (row, var) = if ci { (s / 3, s % 3) } else { (s, v) };
+                        tokens.push(rows[(row * lookback + step) * 3 + var]);
+                    }
+                }
+            }
+        }
+        let tokens = Tensor::<B, 3>::from_data(
+            burn::tensor::TensorData::new(tokens, [seqs, n, len * vars]),
+            &dev,
+        );
+        let (h, _) = model
+            .backbone
+            .forward(model.input.forward(tokens), None)
+            .unwrap();
+        let out = model.head.forward(h.reshape([seqs, n * 16]));
+        let expected = if ci {
+            out.reshape([2, 3, 6]).swap_dims(1, 2)
+        } else {
+            out.reshape([2, 6, 3])
+        };
+        let scale: f32 = expected.clone().abs().max().into_scalar();
+        let err: f32 = (got - expected).abs().max().into_scalar();
+        assert!(err <= 1e-6 * scale, "ci={ci}: error {err} of {scale}");
+    }
+}
+
+/// Bad patch settings and windows are typed errors naming the field or input; a patched or
+/// flatten-head model does not stream.
+#[test]
+fn patch_settings_are_checked() {
+    use mamba2_burn::{ForecastHead, StreamingForecaster};
+    let dev = Default::default();
+    let _rng = common::seeded(12);
+    let field = |c: Mamba2ForecasterConfig| match c.init::<B>(&dev) {
+        Err(Mamba2Error::InvalidConfig { field, .. }) => field,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    };
+    let base = || config(3, 3, true, true);
+    assert_eq!(field(base().with_patch_len(0)), "patch_len");
+    assert_eq!(
+        field(base().with_patch_len(4).with_patch_stride(Some(5))),
+        "patch_stride"
+    );
+    assert_eq!(
+        field(base().with_patch_len(4).with_patch_stride(Some(0))),
+        "patch_stride"
+    );
+    assert_eq!(field(base().with_head(ForecastHead::Flatten)), "lookback");
+    assert_eq!(
+        field(base().with_patch_len(8).with_lookback(Some(7))),
+        "lookback"
+    );
+    assert_eq!(field(base().with_head_dropout(1.0)), "head_dropout");
+    let flat: Mamba2Forecaster<B> = base()
+        .with_patch_len(4)
+        .with_patch_stride(Some(2))
+        .with_head(ForecastHead::Flatten)
+        .with_lookback(Some(16))
+        .init(&dev)
+        .unwrap();
+    assert_eq!(
+        flat.forward(Tensor::zeros([2, 16, 3], &dev))
+            .unwrap()
+            .dims(),
+        [2, 6, 3]
+    );
+    assert!(matches!(
+        flat.forward(Tensor::zeros([2, 15, 3], &dev)),
+        Err(Mamba2Error::Shape { name: "x", .. })
+    ));
+    let last: Mamba2Forecaster<B> = base().with_patch_len(4).init(&dev).unwrap();
+    assert!(matches!(
+        last.forward(Tensor::zeros([2, 3, 3], &dev)),
+        Err(Mamba2Error::Shape { name: "x", .. })
+    ));
+    assert_eq!(
+        last.forward(Tensor::zeros([2, 9, 3], &dev)).unwrap().dims(),
+        [2, 6, 3]
+    );
+    let unpatched_flat: Mamba2Forecaster<B> = config(3, 3, false, true)
+        .with_head(ForecastHead::Flatten)
+        .with_lookback(Some(8))
+        .init(&dev)
+        .unwrap();
+    let patched: Mamba2Forecaster<B> = config(3, 3, false, true)
+        .with_patch_len(2)
+        .init(&dev)
+        .unwrap();
+    for (model, name) in [(&unpatched_flat, "head"), (&patched, "patch_len")] {
+        match StreamingForecaster::new(model) {
+            Err(Mamba2Error::InvalidConfig { field, .. }) => assert_eq!(field, name),
+            other => panic!("expected InvalidConfig {name}, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+/// Early stopping and the best epoch: with a learning rate of 0 no epoch improves on the
+/// first, so a patience of 1 stops at the end of epoch 3 of 5 (epoch 2 brought no
+/// improvement, and it is read once complete); with training on one series and validation on
+/// faster oscillations, the validation loss is lowest at an early epoch, and the model
+/// returned and saved is that epoch's checkpoint (kept besides the last two).
+#[test]
+fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
+    use mamba2_burn::checkpoint::load_module_record;
+    use mamba2_burn::train::{
+        evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
+    let split = Split::Fractions {
+        train: 0.7,
+        test: 0.2,
+    };
+    let data = ForecastData::new(&series, Path::new("sines.csv"), &[], &[], 32, 6, split).unwrap();
+    // validation windows of faster oscillations than the training ones: the better the model
+    // continues the training series, the worse it does on these after a point
+    let mut fast = String::from("date,a,b\n");
+    for t in 0..600 {
+        let t = t as f32 * 3.1;
+        fast.push_str(&format!("{t},{},{}\n", (t * 0.3).sin(), (t * 0.11).cos()));
+    }
+    let fast = TimeSeries::from_reader(fast.as_bytes(), Path::new("fast.csv")).unwrap();
+    let valid = ForecastData::new(&fast, Path::new("fast.csv"), &[], &[], 32, 6, split)
+        .unwrap()
+        .valid;
+    let dev = Default::default();
+    let valid_losses = |artifacts: &Path| -> Vec<(usize, f64)> {
+        std::fs::read_to_string(artifacts.join("metrics.csv"))
+            .unwrap()
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split(',').collect();
+                (f.len() == 4 && f[1] == "valid" && f[2] == "Loss")
+                    .then(|| (f[0].parse().unwrap(), f[3].parse().unwrap()))
+            })
+            .collect()
+    };
+    let model = config(2, 2, true, true)
+        .with_patch_len(4)
+        .with_patch_stride(Some(2));
+    let run = |lr: f64, patience: Option<usize>, name: &str| {
+        let run = ForecastTrainingConfig::new(model.clone(), 32)
+            .with_lr(lr)
+            .with_batch_size(16)
+            .with_epochs(5)
+            .with_patience(patience);
+        let _rng = common::seeded(run.seed);
+        let artifacts = dir.path().join(name);
+        let trained = train_forecaster::<A, _, _>(
+            &run,
+            data.train.clone(),
+            valid.clone(),
+            &artifacts,
+            false,
+            ProgressMode::Plain,
+            &dev,
+        )
+        .unwrap();
+        (trained, artifacts)
+    };
+
+    let (_, frozen) = run(0.0, Some(1), "frozen");
+    let epochs: Vec<usize> = valid_losses(&frozen).iter().map(|(e, _)| *e).collect();
+    assert_eq!(epochs, [1, 2, 3], "patience 1 without improvement");
+    let kept = mamba2_burn::train::checkpoint_epochs(&frozen.join("checkpoint"));
+    assert_eq!(kept, [1, 2, 3], "the best (1) and the last two");
+
+    let (trained, artifacts) = run(3e-2, None, "trained");
+    let losses = valid_losses(&artifacts);
+    assert_eq!(losses.len(), 5);
+    let best = losses
+        .iter()
+        .fold(losses[0], |b, &l| if l.1 < b.1 { l } else { b })
+        .0;
+    eprintln!("validation loss by epoch {losses:?}: best epoch {best}");
+    // the case this test is for: the best epoch is not among the last two
+    assert!(best <= 3, "best epoch {best}");
+    let kept = mamba2_burn::train::checkpoint_epochs(&artifacts.join("checkpoint"));
+    assert_eq!(kept, [best, 4, 5]);
+    let fresh: Mamba2Forecaster<B> = model.init(&dev).unwrap();
+    let checkpoint = artifacts.join("checkpoint").join(format!("model-{best}"));
+    let best_model = load_module_record(fresh, checkpoint, &dev).unwrap();
+    let got = evaluate_forecaster(&trained, &valid, 32, 64, &dev).unwrap();
+    let want = evaluate_forecaster(&best_model, &valid, 32, 64, &dev).unwrap();
+    assert_eq!(
+        got, want,
+        "the returned model is the best epoch's checkpoint"
+    );
+}
+
+/// The training loss is the batch's: the MSE or the MAE of the flattened forecast, equal to
+/// the same means taken on the host (relative 1e-6).
+#[test]
+fn forecast_batches_are_scored_with_their_loss() {
+    use mamba2_burn::train::ForecastLoss;
+    let dev = Default::default();
+    let _rng = common::seeded(14);
+    let model: Mamba2Forecaster<B> = config(2, 2, true, true).init(&dev).unwrap();
+    let batch = ForecastBatch::<B> {
+        inputs: Tensor::random([3, 20, 2], Distribution::Normal(0.0, 1.0), &dev),
+        targets: Tensor::random([3, 6, 2], Distribution::Normal(0.0, 1.0), &dev),
+        loss: ForecastLoss::Mse,
+    };
+    let forecast: Vec<f32> = model
+        .forward(batch.inputs.clone())
+        .unwrap()
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let targets: Vec<f32> = batch.targets.clone().into_data().to_vec().unwrap();
+    let n = forecast.len() as f64;
+    let diffs = forecast.iter().zip(&targets).map(|(f, t)| (f - t) as f64);
+    let mse = diffs.clone().map(|d| d * d).sum::<f64>() / n;
+    let mae = diffs.map(f64::abs).sum::<f64>() / n;
+    for (loss, want) in [(ForecastLoss::Mse, mse), (ForecastLoss::Mae, mae)] {
+        let batch = ForecastBatch {
+            loss,
+            ..batch.clone()
+        };
+        let got = model.forward_forecast(&batch).loss.into_scalar() as f64;
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "{loss:?}: {got} vs {want}"
+        );
+    }
 }

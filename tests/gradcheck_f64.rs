@@ -415,6 +415,35 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     assert!((loss(&spread) - loss(&whole)).abs() <= REORDERED_SUM_TOL * loss(&whole));
     assert_eq!(spread.item.logits.dims(), whole.item.logits.dims());
 
+    // packed rows: each slice carries its own rows' documents
+    let documents = [
+        vec![10, 22],
+        vec![32],
+        vec![5, 5, 22],
+        vec![32],
+        vec![16, 16],
+    ];
+    let items = (0..5)
+        .map(|i| {
+            let mut item = copy_task.example(3, i);
+            item.documents = documents[i as usize].clone();
+            item
+        })
+        .collect();
+    let packed = mamba2_burn::data::SequenceBatcher {
+        ignore_index: Some(copy::NOISE as usize),
+    }
+    .batch(items, &dev());
+    assert!(packed.documents.is_some());
+    let whole = TrainStep::step(&model, packed.clone());
+    let spread = TrainStep::step(&model.clone().with_step_threads(3), packed);
+    assert_close(
+        &grads_of(&model, &spread.grads),
+        &grads_of(&model, &whole.grads),
+        "packed LM gradients",
+    );
+    assert!((loss(&spread) - loss(&whole)).abs() <= REORDERED_SUM_TOL * loss(&whole));
+
     // regressor: 4 rows over 2 threads
     let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8);
     let model = Mamba2RegressorConfig::new(3, 2, Mamba2BackboneConfig::new(1, mixer))

@@ -257,10 +257,7 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
         let len = [4, 8, 16][(i % 3) as usize];
         let mut input = vec![i as i64; len];
         input[1..].fill(-1);
-        SequenceItem {
-            input: input.clone(),
-            target: input,
-        }
+        SequenceItem::new(input.clone(), input)
     };
     let dataset = GeneratedDataset::new(item, 0, n);
     let loader = EpochLoader::<Inner, _, _>::new(
@@ -303,4 +300,73 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
     assert_ne!(first, second, "two epochs in the same order");
     first.sort_unstable();
     assert_eq!(first, (0..n as i64).collect::<Vec<_>>());
+}
+
+/// A batch of packed rows (items with document lengths) scores every document as if it were
+/// run on its own: the batch's mean cross-entropy equals the mean over the documents run one
+/// by one (relative 1e-5, the f32 tolerance of the path tests), and it differs from the same
+/// rows without documents. The byte corpus packs paragraphs into such items.
+#[test]
+fn a_packed_batch_scores_each_document_on_its_own() {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::tensor::{Int, TensorData};
+    use mamba2_burn::data::text::ByteCorpus;
+    use mamba2_burn::data::SequenceBatcher;
+    use mamba2_burn::train::{masked_cross_entropy, LmBatch};
+
+    let _rng = common::seeded(21);
+    let model: Mamba2Lm<Inner> = config(1, 1e-3).model.init(&dev()).unwrap();
+    let text = b"one fish\n\ntwo fish\n\nred fish, blue fish. ".repeat(4);
+    let corpus = ByteCorpus::packed(&text, 12, b"\n\n").unwrap();
+    let items: Vec<SequenceItem> = corpus.train.iter().take(6).cloned().collect();
+    assert!(items.iter().any(|i| i.documents.len() > 1));
+    // the model's vocabulary is 10 (padded to 16): map the bytes into it
+    let items: Vec<SequenceItem> = items
+        .into_iter()
+        .map(|mut item| {
+            item.input.iter_mut().for_each(|t| *t %= 10);
+            item.target.iter_mut().for_each(|t| *t %= 10);
+            item
+        })
+        .collect();
+    let batch: LmBatch<Inner> = SequenceBatcher { ignore_index: None }.batch(items.clone(), &dev());
+    assert_eq!(batch.documents.as_ref().unwrap().dims(), [6, 12]);
+    let packed: f32 = model.forward_loss(&batch).loss.into_scalar();
+
+    let (mut nll, mut count) = (0.0f64, 0usize);
+    for item in &items {
+        let lengths = if item.documents.is_empty() {
+            vec![item.input.len()]
+        } else {
+            item.documents.clone()
+        };
+        let mut at = 0;
+        for n in lengths {
+            let ids = |v: &[i64]| {
+                Tensor::<Inner, 2, Int>::from_data(TensorData::new(v.to_vec(), [1, n]), &dev())
+            };
+            let (logits, _) = model.forward(ids(&item.input[at..at + n]), None).unwrap();
+            let mean: f32 =
+                masked_cross_entropy(logits, ids(&item.target[at..at + n]), None).into_scalar();
+            nll += mean as f64 * n as f64;
+            count += n;
+            at += n;
+        }
+    }
+    let one_by_one = nll / count as f64;
+    let rel = (packed as f64 - one_by_one).abs() / one_by_one;
+    eprintln!("packed loss {packed} vs documents one by one {one_by_one}: relative {rel:.1e}");
+    assert!(rel <= 1e-5, "packed {packed} vs one by one {one_by_one}");
+
+    let unpacked: Vec<SequenceItem> = items
+        .into_iter()
+        .map(|i| SequenceItem::new(i.input, i.target))
+        .collect();
+    let plain: LmBatch<Inner> = SequenceBatcher { ignore_index: None }.batch(unpacked, &dev());
+    assert!(plain.documents.is_none());
+    let plain: f32 = model.forward_loss(&plain).loss.into_scalar();
+    assert!(
+        (plain - packed).abs() > 1e-4 * packed,
+        "documents change the loss"
+    );
 }

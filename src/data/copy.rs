@@ -62,6 +62,6 @@ impl CopyConfig {
             input[region + i] = MARKER;
             target[region + i] = data[i];
         }
-        SequenceItem { input, target }
+        SequenceItem::new(input, target)
     }
 }

@@ -91,6 +91,6 @@ impl MqarConfig {
         let target = (1..total)
             .map(|t| if scored[t] { tokens[t] } else { FILLER })
             .collect();
-        SequenceItem { input, target }
+        SequenceItem::new(input, target)
     }
 }

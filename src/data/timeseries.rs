@@ -388,6 +388,24 @@ pub struct WindowBatcher {
     pub lookback: usize,
     /// Steps per target window.
     pub horizon: usize,
+    /// The loss the batches are scored with.
+    pub loss: crate::train::ForecastLoss,
+}
+
+impl WindowBatcher {
+    /// Batches of `lookback` input and `horizon` target steps, scored with the MSE.
+    pub fn new(lookback: usize, horizon: usize) -> Self {
+        Self {
+            lookback,
+            horizon,
+            loss: crate::train::ForecastLoss::Mse,
+        }
+    }
+
+    /// The same batches scored with `loss`.
+    pub fn with_loss(self, loss: crate::train::ForecastLoss) -> Self {
+        Self { loss, ..self }
+    }
 }
 
 impl<B: burn::tensor::backend::Backend>
@@ -411,6 +429,7 @@ impl<B: burn::tensor::backend::Backend>
         crate::train::ForecastBatch {
             inputs: Tensor::from_data(TensorData::new(inputs, [b, self.lookback, n_in]), device),
             targets: Tensor::from_data(TensorData::new(targets, [b, self.horizon, n_out]), device),
+            loss: self.loss,
         }
     }
 }

@@ -12,10 +12,11 @@ use burn::tensor::ElementConversion;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use burn::train::{Learner, SupervisedTraining};
 
-use super::runner::{finish_run, loaders, plain_progress, prepare_run};
+use super::runner::{best_valid_epoch, finish_run, loaders, plain_progress, prepare_run};
+use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use super::{
-    CheckpointRecorder, ForecastBatch, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress,
-    ProgressMode, WarmupCosineLr,
+    CheckpointRecorder, ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard,
+    PlainProgress, ProgressMode, WarmupCosineLr,
 };
 use crate::checkpoint::{load_module_record, save_record};
 use crate::data::timeseries::{WindowBatcher, WindowItem};
@@ -54,13 +55,25 @@ pub struct ForecastTrainingConfig {
     /// [`LmTrainingConfig::step_threads`](super::LmTrainingConfig::step_threads). Default: 1.
     #[config(default = 1)]
     pub step_threads: usize,
+    /// The training loss (validation always reports the MSE). Default: MSE.
+    #[config(default = "ForecastLoss::Mse")]
+    pub loss: ForecastLoss,
+    /// Stop when the validation loss has not improved for this many epochs (`None`: run every
+    /// epoch; see [`ValidLossStopping`](super::ValidLossStopping)). Default: None.
+    pub patience: Option<usize>,
+    /// End with the weights of the epoch with the lowest validation loss instead of the last
+    /// epoch's. Default: true.
+    #[config(default = true)]
+    pub restore_best: bool,
 }
 
-/// Trains a [`Mamba2Forecaster`] on the windows of `train` with the MSE loss, validating on
-/// `valid` after every epoch, and leaves in `artifacts` what [`train_lm`](super::train_lm)
+/// Trains a [`Mamba2Forecaster`] on the windows of `train` with the configured loss, validating
+/// on `valid` (by the MSE) after every epoch, and leaves in `artifacts` what [`train_lm`](super::train_lm)
 /// leaves (`config.json`, `checkpoint/`, `metrics.csv`, Burn's logs) with the final model in
 /// `model/` (loadable with [`load_forecaster`]). `resume` and the non-finite guard work as
-/// there.
+/// there. With `patience` the run stops early once the validation loss stops improving; with
+/// `restore_best` the model returned and saved is the epoch with the lowest validation loss
+/// (whose checkpoint is kept besides the last two: [`KeepBestAndLast`]).
 pub fn train_forecaster<B, D, V>(
     config: &ForecastTrainingConfig,
     train: D,
@@ -90,13 +103,12 @@ where
         .init::<B>(device)?
         .with_step_threads(config.step_threads);
     let steps_per_epoch = train.len().div_ceil(config.batch_size);
-    let batcher = WindowBatcher {
-        lookback: config.lookback,
-        horizon: config.model.horizon,
-    };
+    // trained on the configured loss, validated (and stopped early) on the MSE
+    let batcher = WindowBatcher::new(config.lookback, config.model.horizon);
     let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
         train,
         valid,
+        batcher.clone().with_loss(config.loss),
         batcher,
         config.batch_size,
         config.seed,
@@ -122,13 +134,27 @@ where
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
     }
+    let retention = match start_epoch {
+        Some(epoch) => KeepBestAndLast::resumed(artifacts, epoch),
+        None => KeepBestAndLast::new(),
+    };
+    training = training.with_checkpointing_strategy(retention);
+    if let Some(patience) = config.patience {
+        training = training.early_stopping(ValidLossStopping::new(patience));
+    }
     let guard = NonFiniteGuard::new(Some(training.interrupter()));
     let optimizer = config
         .optimizer
         .init::<B, Mamba2Forecaster<B>>(guard.clone());
     let result = training.launch(Learner::new(model, optimizer, scheduler));
     finish_run(&guard, artifacts, steps_per_epoch, config.epochs)?;
-    let model = result.model;
+    let mut model = result.model;
+    if config.restore_best {
+        if let Some(epoch) = best_valid_epoch(artifacts, config.epochs) {
+            let checkpoint = artifacts.join("checkpoint").join(format!("model-{epoch}"));
+            model = load_module_record(model, checkpoint, device)?;
+        }
+    }
     save_forecaster(&model, &config.model, artifacts.join("model"))?;
     Ok(model)
 }
@@ -191,10 +217,7 @@ pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
     batch_size: usize,
     device: &B::Device,
 ) -> crate::Result<ForecastScores> {
-    let batcher = WindowBatcher {
-        lookback,
-        horizon: model.horizon(),
-    };
+    let batcher = WindowBatcher::new(lookback, model.horizon());
     let (mut se, mut ae, mut count) = (0.0f64, 0.0f64, 0usize);
     let n = dataset.len();
     if n == 0 {

@@ -27,6 +27,7 @@ mod progress;
 mod recorder;
 mod runner;
 mod schedule;
+mod stopping;
 
 pub use forecast::{
     evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster, ForecastScores,
@@ -40,6 +41,7 @@ pub use runner::{
     checkpoint_epochs, evaluate_lm, train_lm, LmScores, LmTrainingConfig, ProgressMode,
 };
 pub use schedule::WarmupCosineLr;
+pub use stopping::{KeepBestAndLast, ValidLossStopping};
 
 use crate::activation::log_softmax;
 use burn::nn::loss::{MseLoss, Reduction};
@@ -47,6 +49,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
 
+use crate::documents::Documents;
 use crate::forecaster::Mamba2Forecaster;
 use crate::lm::Mamba2Lm;
 use crate::regressor::Mamba2Regressor;
@@ -60,6 +63,8 @@ pub struct LmBatch<B: Backend> {
     pub targets: Tensor<B, 2, Int>,
     /// Target id of positions that are not scored (`None`: all are).
     pub ignore_index: Option<usize>,
+    /// The documents packed in each row (`None`: one per row).
+    pub documents: Option<Documents<B>>,
 }
 
 impl<B: Backend> LmBatch<B> {
@@ -101,6 +106,7 @@ impl<B: Backend> LmBatch<B> {
                         inputs: self.inputs.clone().narrow(0, start, len),
                         targets: self.targets.clone().narrow(0, start, len),
                         ignore_index: self.ignore_index,
+                        documents: self.documents.as_ref().map(|d| d.narrow_rows(start, len)),
                     },
                     weight,
                 }
@@ -119,9 +125,12 @@ impl<B: Backend> Mamba2Lm<B> {
     /// If the batch holds token ids outside the vocabulary (a data error that a training step
     /// cannot return).
     pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B> {
-        let (logits, _) = self
-            .forward(batch.inputs.clone(), None)
-            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let inputs = batch.inputs.clone();
+        let (logits, _) = match &batch.documents {
+            Some(documents) => self.forward_documents(inputs, documents, None),
+            None => self.forward(inputs, None),
+        }
+        .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
         let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
         SequenceOutput::new(loss, logits, None, batch.targets.clone())
     }
@@ -322,6 +331,31 @@ pub struct ForecastBatch<B: Backend> {
     pub inputs: Tensor<B, 3>,
     /// The values to forecast `[b, horizon, n_targets]`.
     pub targets: Tensor<B, 3>,
+    /// The loss the forecast is scored with.
+    pub loss: ForecastLoss,
+}
+
+/// The loss of a forecast.
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum ForecastLoss {
+    /// Mean squared error: the metric forecasting benchmarks report first.
+    Mse,
+    /// Mean absolute error: as a training objective it is less pulled by the large errors of
+    /// unpredictable spikes, which often lowers the test MSE too.
+    Mae,
+}
+
+impl ForecastLoss {
+    /// The mean loss of `output` against `targets`.
+    ///
+    /// # Shapes
+    /// - output, targets: `[b, n]`; returns `[1]`
+    pub fn forward<B: Backend>(&self, output: Tensor<B, 2>, targets: Tensor<B, 2>) -> Tensor<B, 1> {
+        match self {
+            Self::Mse => MseLoss::new().forward(output, targets, Reduction::Mean),
+            Self::Mae => (output - targets).abs().mean(),
+        }
+    }
 }
 
 impl<B: Backend> ForecastBatch<B> {
@@ -329,14 +363,18 @@ impl<B: Backend> ForecastBatch<B> {
     /// share of the rows (the loss is a mean over equal-sized rows).
     pub fn split(&self, parts: usize) -> Vec<BatchPart<ForecastBatch<B>>> {
         row_parts(&self.inputs, &self.targets, parts, |inputs, targets| {
-            ForecastBatch { inputs, targets }
+            ForecastBatch {
+                inputs,
+                targets,
+                loss: self.loss,
+            }
         })
     }
 }
 
 impl<B: Backend> Mamba2Forecaster<B> {
-    /// The forecast and its mean squared error, flattened to `[b, horizon · n_targets]` for
-    /// Burn's regression metrics.
+    /// The forecast and its loss (the batch's [`ForecastLoss`]), flattened to `[b, horizon ·
+    /// n_targets]` for Burn's regression metrics.
     ///
     /// # Panics
     /// If the inputs do not have `n_inputs` variables.
@@ -347,7 +385,7 @@ impl<B: Backend> Mamba2Forecaster<B> {
         let [b, h, c] = y.dims();
         let output = y.reshape([b, h * c]);
         let targets = batch.targets.clone().reshape([b, h * c]);
-        let loss = MseLoss::new().forward(output.clone(), targets.clone(), Reduction::Mean);
+        let loss = batch.loss.forward(output.clone(), targets.clone());
         RegressionOutput::new(loss, output, targets)
     }
 }

@@ -100,11 +100,11 @@ pub fn checkpoint_epochs(dir: &Path) -> Vec<usize> {
     epochs
 }
 
-/// Mean of each metric per epoch, from the logs Burn's file logger writes
-/// (`<split>/epoch-<n>/<Metric>.log`, lines of `value,count`), as CSV
-/// `epoch,split,metric,value`.
-fn metrics_csv(artifacts: &Path, epochs: usize) -> String {
-    let mut out = String::from("epoch,split,metric,value\n");
+/// Mean of each metric per epoch and split, from the logs Burn's file logger writes
+/// (`<split>/epoch-<n>/<Metric>.log`, lines of `value,count`): `(epoch, split, metric, mean)`
+/// in epoch, split and metric order.
+fn epoch_means(artifacts: &Path, epochs: usize) -> Vec<(usize, &'static str, String, f64)> {
+    let mut out = Vec::new();
     for epoch in 1..=epochs {
         for split in ["train", "valid"] {
             let dir = artifacts.join(split).join(format!("epoch-{epoch}"));
@@ -134,12 +134,53 @@ fn metrics_csv(artifacts: &Path, epochs: usize) -> String {
                 }
                 if count > 0.0 {
                     let name = file.file_stem().unwrap_or_default().to_string_lossy();
-                    out.push_str(&format!("{epoch},{split},{name},{}\n", sum / count));
+                    out.push((epoch, split, name.to_string(), sum / count));
                 }
             }
         }
     }
     out
+}
+
+/// Each metric's mean per epoch and split as CSV `epoch,split,metric,value`.
+fn metrics_csv(artifacts: &Path, epochs: usize) -> String {
+    let mut out = String::from("epoch,split,metric,value\n");
+    for (epoch, split, name, value) in epoch_means(artifacts, epochs) {
+        out.push_str(&format!("{epoch},{split},{name},{value}\n"));
+    }
+    out
+}
+
+/// The epoch among `keep` with the lowest finite mean validation loss in the logs (the first of
+/// equal ones) and that loss, if any.
+fn lowest_valid_loss(
+    artifacts: &Path,
+    epochs: usize,
+    keep: impl Fn(usize) -> bool,
+) -> Option<(usize, f64)> {
+    epoch_means(artifacts, epochs)
+        .into_iter()
+        .filter(|(e, split, name, v)| {
+            *split == "valid" && name == "Loss" && v.is_finite() && keep(*e)
+        })
+        .fold(
+            None,
+            |best: Option<(usize, f64)>, (e, _, _, v)| match best {
+                Some((_, b)) if b <= v => best,
+                _ => Some((e, v)),
+            },
+        )
+}
+
+/// The epoch with the lowest mean validation loss in the logs, and that loss.
+pub(crate) fn best_valid_loss(artifacts: &Path, epochs: usize) -> Option<(usize, f64)> {
+    lowest_valid_loss(artifacts, epochs, |_| true)
+}
+
+/// The epoch with the lowest mean validation loss that has a complete checkpoint, if any.
+pub(crate) fn best_valid_epoch(artifacts: &Path, epochs: usize) -> Option<usize> {
+    let saved = checkpoint_epochs(&artifacts.join("checkpoint"));
+    lowest_valid_loss(artifacts, epochs, |e| saved.contains(&e)).map(|(e, _)| e)
 }
 
 /// Checks a run's sizes, creates its artifacts directory, compares the config with the saved
@@ -209,12 +250,14 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
 }
 
 /// The training loader (shuffled per epoch from `seed`, starting at `start_epoch`, batched
-/// apart by `bucket` when given) and the validation loader (in order).
-#[allow(clippy::type_complexity)]
+/// apart by `bucket` when given) and the validation loader (in order, batched by
+/// `valid_batcher`).
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub(crate) fn loaders<B, I, O, OV, D, V, T>(
     train: D,
     valid: V,
     batcher: T,
+    valid_batcher: T,
     batch_size: usize,
     seed: u64,
     start_epoch: Option<usize>,
@@ -246,7 +289,7 @@ where
     }
     let dl_valid = EpochLoader::<B::InnerBackend, _, _>::new(
         Arc::new(valid),
-        Arc::new(batcher),
+        Arc::new(valid_batcher),
         batch_size,
         None,
         device.clone(),
@@ -332,6 +375,7 @@ where
     let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
         train,
         valid,
+        batcher.clone(),
         batcher,
         config.batch_size,
         config.seed,
@@ -479,7 +523,10 @@ fn score_batch<B: burn::tensor::backend::Backend>(
     use crate::activation::log_softmax;
     use burn::data::dataloader::batcher::Batcher;
     let batch: super::LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
-    let (logits, _) = model.forward(batch.inputs, None)?;
+    let (logits, _) = match &batch.documents {
+        Some(documents) => model.forward_documents(batch.inputs, documents, None)?,
+        None => model.forward(batch.inputs, None)?,
+    };
     let [b, l, v] = logits.dims();
     let targets = batch.targets.reshape([b * l, 1]);
     let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
