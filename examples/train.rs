@@ -48,6 +48,14 @@ enum Task {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Preset {
+    /// 16 key-value pairs in 128 tokens, vocabulary 256.
+    Default,
+    /// 64 key-value pairs in 512 tokens, vocabulary 1,024.
+    Hard,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum HeadArg {
     /// The last token's hidden state.
     Last,
@@ -92,6 +100,13 @@ struct Args {
     /// Chunk length of the SSD.
     #[arg(long)]
     chunk_size: Option<usize>,
+    /// Range of the initial step sizes `dt` (log-uniform), as `MIN,MAX` (default 0.0001,0.01
+    /// for MQAR, 0.001,0.1 otherwise).
+    #[arg(long, value_delimiter = ',')]
+    dt_range: Option<Vec<f64>>,
+    /// Range of the initial decay rates `-A` (uniform), as `LO,HI` (default 1,16).
+    #[arg(long, value_delimiter = ',')]
+    a_init_range: Option<Vec<f64>>,
     /// Sequence length.
     #[arg(long)]
     seq_len: Option<usize>,
@@ -126,9 +141,14 @@ struct Args {
     /// cpu, 1 on cuda).
     #[arg(long)]
     step_threads: Option<usize>,
+    /// MQAR: the task's size: `default` (16 key-value pairs in 128 tokens, vocabulary 256) or
+    /// `hard` (64 pairs in 512 tokens, vocabulary 1,024; the longest point of the Mamba-2
+    /// paper's MQAR figure); --kv-pairs, --seq-len and --vocab override either.
+    #[arg(long, value_enum, default_value_t = Preset::Default)]
+    preset: Preset,
     /// MQAR: key-value pairs per sequence.
-    #[arg(long, default_value_t = 16)]
-    kv_pairs: usize,
+    #[arg(long)]
+    kv_pairs: Option<usize>,
     /// MQAR and copy: vocabulary size.
     #[arg(long)]
     vocab: Option<usize>,
@@ -156,19 +176,20 @@ struct Args {
     /// Forecast: no reversible instance normalisation.
     #[arg(long)]
     no_revin: bool,
-    /// Forecast: time steps per token (PatchTST's patches; 1: one token per step).
+    /// Forecast: time steps per token (PatchTST's patches; default 16, 1: one token per step).
     #[arg(long)]
     patch_len: Option<usize>,
     /// Forecast: steps between patch starts (default: half the patch length).
     #[arg(long)]
     patch_stride: Option<usize>,
-    /// Forecast: the head reads the last token (`last`) or every token (`flatten`).
+    /// Forecast: the head reads the last token (`last`) or every token (`flatten`, the default).
     #[arg(long, value_enum)]
     head: Option<HeadArg>,
-    /// Forecast: dropout before the head.
+    /// Forecast: dropout before the head (default 0.3).
     #[arg(long)]
     head_dropout: Option<f64>,
-    /// Forecast: stop after this many epochs without a better validation loss (0: never).
+    /// Forecast: stop after this many epochs without a better validation loss (default 3; 0:
+    /// never).
     #[arg(long)]
     patience: Option<usize>,
     /// Forecast: the training loss (default mae; validation and test report both).
@@ -188,7 +209,7 @@ struct Args {
     plain: bool,
 }
 
-/// Per-task defaults: (d_model, n_layer, d_state, headdim, chunk, seq_len, batch, epochs, lr, train_size, vocab)
+/// Per-task defaults of the model, the data and the schedule.
 struct Defaults {
     d_model: usize,
     n_layer: usize,
@@ -201,10 +222,18 @@ struct Defaults {
     lr: f64,
     train_size: usize,
     vocab: usize,
+    /// Range of the initial `dt` (`None`: the reference's 0.001..0.1).
+    dt_range: Option<(f64, f64)>,
 }
 
-fn defaults(task: Task) -> Defaults {
+fn defaults(task: Task, preset: Preset) -> Defaults {
     match task {
+        Task::Mqar if preset == Preset::Hard => Defaults {
+            chunk_size: 64,
+            seq_len: 512,
+            vocab: 1024,
+            ..defaults(Task::Mqar, Preset::Default)
+        },
         Task::Mqar => Defaults {
             d_model: 64,
             n_layer: 2,
@@ -217,6 +246,8 @@ fn defaults(task: Task) -> Defaults {
             lr: 1e-2,
             train_size: 8192,
             vocab: 256,
+            // heads that remember the whole sequence from the start (see README, Training)
+            dt_range: Some((1e-4, 1e-2)),
         },
         Task::Copy => Defaults {
             d_model: 64,
@@ -230,6 +261,7 @@ fn defaults(task: Task) -> Defaults {
             lr: 5e-3,
             train_size: 4096,
             vocab: 16,
+            dt_range: None,
         },
         Task::Forecast => Defaults {
             d_model: 64,
@@ -240,9 +272,10 @@ fn defaults(task: Task) -> Defaults {
             seq_len: 0,
             batch_size: 32,
             epochs: 10,
-            lr: 1e-3,
+            lr: 3e-4,
             train_size: 0,
             vocab: 0,
+            dt_range: None,
         },
         Task::Market => Defaults {
             d_model: 64,
@@ -256,6 +289,7 @@ fn defaults(task: Task) -> Defaults {
             lr: 1e-3,
             train_size: 0,
             vocab: 0,
+            dt_range: None,
         },
         Task::Lm => Defaults {
             d_model: 128,
@@ -269,12 +303,15 @@ fn defaults(task: Task) -> Defaults {
             lr: 3e-3,
             train_size: 0,
             vocab: BYTE_VOCAB,
+            dt_range: None,
         },
     }
 }
 
-/// Forecasting: steps per token (patches overlap by half) and the early-stopping patience.
+/// Forecasting: steps per token (patches overlap by half), dropout before the flatten head and
+/// the early-stopping patience.
 const FORECAST_PATCH_LEN: usize = 16;
+const FORECAST_HEAD_DROPOUT: f64 = 0.3;
 const FORECAST_PATIENCE: usize = 3;
 
 type Data = Box<dyn Dataset<SequenceItem>>;
@@ -312,28 +349,25 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
     let vocab = args.vocab.unwrap_or(d.vocab);
     match args.task {
         Task::Mqar => {
+            let kv_pairs = args.kv_pairs.unwrap_or(match args.preset {
+                Preset::Default => 16,
+                Preset::Hard => 64,
+            });
             let task = MqarConfig {
                 vocab_size: vocab,
                 seq_len,
-                kv_pairs: args.kv_pairs,
+                kv_pairs,
             };
             task.validate()?;
             // training sequences cycle through k/4, k/2 and k pairs in sequences shortened in
             // proportion (easier examples at a fraction of the cost, as in Zoology's mixed
             // training sets of several lengths); validation and test use k pairs only
-            let mix = [
-                (args.kv_pairs / 4).max(1),
-                (args.kv_pairs / 2).max(1),
-                args.kv_pairs,
-            ]
-            .map(|kv_pairs| MqarConfig {
-                kv_pairs,
-                seq_len: (seq_len * kv_pairs)
-                    .div_ceil(args.kv_pairs)
-                    .max(4 * kv_pairs - 1)
-                    .min(seq_len),
-                ..task
-            });
+            let mix =
+                [(kv_pairs / 4).max(1), (kv_pairs / 2).max(1), kv_pairs].map(|k| MqarConfig {
+                    kv_pairs: k,
+                    seq_len: (seq_len * k).div_ceil(kv_pairs).max(4 * k - 1).min(seq_len),
+                    ..task
+                });
             let mixed = move |seed, i: u64| mix[(i % mix.len() as u64) as usize].example(seed, i);
             let [train, valid, test] =
                 generated(mixed, move |s, i| task.example(s, i), args.seed, train_size);
@@ -343,7 +377,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 test,
                 vocab,
                 ignore_index: Some(mqar::FILLER as usize),
-                describe: format!("kv_pairs={} seq_len={seq_len} vocab={vocab}", args.kv_pairs),
+                describe: format!("kv_pairs={kv_pairs} seq_len={seq_len} vocab={vocab}"),
             })
         }
         Task::Copy => {
@@ -405,12 +439,26 @@ fn progress_mode(args: &Args) -> ProgressMode {
 }
 
 /// The backbone of the flags, over the task's defaults.
-fn backbone_config(args: &Args, d: &Defaults) -> Mamba2BackboneConfig {
-    let mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
+fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig, String> {
+    let pair = |flag: &str, values: &Option<Vec<f64>>| match values.as_deref() {
+        None => Ok(None),
+        Some(&[a, b]) => Ok(Some((a, b))),
+        Some(other) => Err(format!("{flag} takes two values, got {other:?}")),
+    };
+    let mut mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
         .with_d_state(args.d_state.unwrap_or(d.d_state))
         .with_headdim(args.headdim.unwrap_or(d.headdim))
         .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
-    Mamba2BackboneConfig::new(args.n_layer.unwrap_or(d.n_layer), mixer)
+    if let Some((min, max)) = pair("--dt-range", &args.dt_range)?.or(d.dt_range) {
+        mixer = mixer.with_dt_min(min).with_dt_max(max);
+    }
+    if let Some(range) = pair("--a-init-range", &args.a_init_range)? {
+        mixer = mixer.with_a_init_range(range);
+    }
+    Ok(Mamba2BackboneConfig::new(
+        args.n_layer.unwrap_or(d.n_layer),
+        mixer,
+    ))
 }
 
 fn epochs_for(args: &Args, d: &Defaults, steps_per_epoch: usize) -> usize {
@@ -523,7 +571,7 @@ fn run_forecast<B: AutodiffBackend>(
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let d = defaults(args.task);
+    let d = defaults(args.task, args.preset);
     let (data, describe) = windowed_data(args)?;
     let market = args.task == Task::Market;
     let (lookback, horizon) = if market {
@@ -546,14 +594,18 @@ fn run_forecast<B: AutodiffBackend>(
         None if market => ForecastHead::Last,
         None => ForecastHead::Flatten,
     };
-    let model = Mamba2ForecasterConfig::new(n_vars, n_targets, horizon, backbone_config(args, &d))
+    let model = Mamba2ForecasterConfig::new(n_vars, n_targets, horizon, backbone_config(args, &d)?)
         .with_revin(!args.no_revin && !market)
         .with_channel_independent(!args.channel_mixing && !market)
         .with_patch_len(patch_len)
         .with_patch_stride(Some(args.patch_stride.unwrap_or(patch_len.div_ceil(2))))
         .with_head(head)
         .with_lookback(Some(lookback))
-        .with_head_dropout(args.head_dropout.unwrap_or(0.0));
+        .with_head_dropout(args.head_dropout.unwrap_or(if market {
+            0.0
+        } else {
+            FORECAST_HEAD_DROPOUT
+        }));
     let patience = match args.patience {
         Some(0) => None,
         Some(n) => Some(n),
@@ -623,14 +675,14 @@ fn run<B: AutodiffBackend>(
         return run_forecast::<B>(args, device);
     }
     let start = Instant::now();
-    let d = defaults(args.task);
+    let d = defaults(args.task, args.preset);
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let steps_per_epoch = data.train.len().div_ceil(batch_size.max(1));
     let epochs = epochs_for(args, &d, steps_per_epoch);
     let model =
-        Mamba2LmConfig::new(backbone_config(args, &d), data.vocab).with_pad_vocab_size_multiple(8);
+        Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab).with_pad_vocab_size_multiple(8);
     let config = LmTrainingConfig::new(model)
         .with_lr(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
