@@ -100,7 +100,7 @@ struct Args {
     /// Chunk length of the SSD.
     #[arg(long)]
     chunk_size: Option<usize>,
-    /// Range of the initial step sizes `dt` (log-uniform), as `MIN,MAX` (default 0.0001,0.01
+    /// Range of the initial step sizes `dt` (log-uniform), as `MIN,MAX` (default 0.00001,0.001
     /// for MQAR, 0.001,0.1 otherwise).
     #[arg(long, value_delimiter = ',')]
     dt_range: Option<Vec<f64>>,
@@ -247,7 +247,7 @@ fn defaults(task: Task, preset: Preset) -> Defaults {
             train_size: 8192,
             vocab: 256,
             // heads that remember the whole sequence from the start (see README, Training)
-            dt_range: Some((1e-4, 1e-2)),
+            dt_range: Some((1e-5, 1e-3)),
         },
         Task::Copy => Defaults {
             d_model: 64,

@@ -21,6 +21,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::error::{check_shape, Mamba2Error};
 use crate::param;
+use crate::ssd::reshape_via_flat;
 
 /// Configuration of a [`Mamba2Forecaster`].
 #[derive(Config, Debug)]
@@ -289,14 +290,15 @@ impl<B: Backend> Mamba2Forecaster<B> {
         }
         let n = patch_count(l, len, stride);
         let first = l - len - (n - 1) * stride;
+        // narrowed views of a channel-independent `[b·c, l, 1]`, reshaped through a flat copy
+        // (burn-cubecl's view reshape of strided tensors with unit axes: see `ssd`)
         if stride == len {
-            return x.narrow(1, first, n * len).reshape([b, n, len * v]);
+            return reshape_via_flat(x.narrow(1, first, n * len), [b, n, len * v]);
         }
         let tokens = (0..n)
             .map(|i| {
-                x.clone()
-                    .narrow(1, first + i * stride, len)
-                    .reshape([b, 1, len * v])
+                let patch = x.clone().narrow(1, first + i * stride, len);
+                reshape_via_flat(patch, [b, 1, len * v])
             })
             .collect();
         Tensor::cat(tokens, 1)

@@ -1,5 +1,43 @@
-#![doc = include_str!("../README.md")]
+//! Mamba-2 (the state-space duality model of Dao & Gu, 2024) as Burn modules, generic over the
+//! backend: the same code trains on CUDA or Wgpu and runs on the CPU (`NdArray`), and Burn's
+//! autodiff computes every gradient.
+//!
+//! - [`Mamba2`] is the mixer (the SSD layer), [`Mamba2Block`] a pre-norm residual block,
+//!   [`Mamba2Backbone`] a stack; [`Mamba2Lm`], [`Mamba2Regressor`] and [`Mamba2Forecaster`] are
+//!   models over it. Every `forward` takes an optional state and returns the state after its
+//!   last token, and `step` continues it one token at a time; [`Documents`] packs several
+//!   sequences into one row.
+//! - [`ssd`] holds the math: the chunked scan, the sequential recurrence and the single step.
+//! - [`load_lm`] reads Hugging Face and state-spaces checkpoint folders; [`train`] has the
+//!   `TrainStep` / `InferenceStep` impls, the optimizer and complete training runs with Burn's
+//!   `Learner`; [`StreamingForecaster`] and [`cpu`] run the recurrent step on the CPU for one
+//!   stream at a time.
+//!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn::tensor::{Int, Tensor};
+//! use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
+//!
+//! # fn main() -> Result<(), mamba2_burn::Mamba2Error> {
+//! let device = Default::default();
+//! let mixer = Mamba2Config::new(64).with_d_state(16).with_headdim(32).with_chunk_size(32);
+//! let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 256).init::<NdArray>(&device)?;
+//! let ids = Tensor::<NdArray, 2, Int>::from_data([[1, 2, 3, 4, 5]], &device);
+//! let (logits, state) = lm.forward(ids, None)?; // logits [1, 5, 256]
+//! let next = Tensor::<NdArray, 1, Int>::from_data([6], &device);
+//! let (next_logits, _state) = lm.step(next, state)?; // [1, 256], constant time per token
+//! assert_eq!((logits.dims(), next_logits.dims()), ([1, 5, 256], [1, 256]));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The README covers training, checkpoints, time series, backends, measurements and tests.
 #![warn(missing_docs)]
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub mod activation;
 pub mod backbone;
