@@ -606,11 +606,7 @@ fn run_forecast<B: AutodiffBackend>(
         } else {
             FORECAST_HEAD_DROPOUT
         }));
-    let patience = match args.patience {
-        Some(0) => None,
-        Some(n) => Some(n),
-        None => Some(FORECAST_PATIENCE),
-    };
+    let patience = Some(args.patience.unwrap_or(FORECAST_PATIENCE)).filter(|&n| n > 0);
     let loss = match args.loss {
         Some(LossArg::Mse) => ForecastLoss::Mse,
         Some(LossArg::Mae) => ForecastLoss::Mae,

@@ -181,7 +181,7 @@ impl<B: Backend> Mamba2Backbone<B> {
     }
 
     /// The last layer's output after `norm_f`, over packed rows when `documents` are given.
-    fn forward_inner(
+    pub(crate) fn forward_inner(
         &self,
         x: Tensor<B, 3>,
         documents: Option<&Documents<B>>,

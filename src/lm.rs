@@ -177,8 +177,7 @@ impl<B: Backend> Mamba2Lm<B> {
         ids: Tensor<B, 2, Int>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
-        let (h, state) = self.backbone.forward(self.embedding.forward(ids), state)?;
-        Ok((self.head(h), state))
+        self.forward_inner(ids, None, state)
     }
 
     /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to back,
@@ -194,8 +193,18 @@ impl<B: Backend> Mamba2Lm<B> {
         documents: &Documents<B>,
         state: Option<BackboneState<B>>,
     ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
+        self.forward_inner(ids, Some(documents), state)
+    }
+
+    /// Logits for every position, over packed rows when `documents` are given.
+    pub(crate) fn forward_inner(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: Option<&Documents<B>>,
+        state: Option<BackboneState<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, BackboneState<B>)> {
         let x = self.embedding.forward(ids);
-        let (h, state) = self.backbone.forward_documents(x, documents, state)?;
+        let (h, state) = self.backbone.forward_inner(x, documents, state)?;
         Ok((self.head(h), state))
     }
 

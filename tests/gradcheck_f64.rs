@@ -402,18 +402,23 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
         *t = copy::NOISE; // row 0 unscored, row 1 half scored
     }
     batch.targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [b, l]), &dev());
-    let whole = TrainStep::step(&model, batch.clone());
-    let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
-    assert_close(
-        &grads_of(&model, &spread.grads),
-        &grads_of(&model, &whole.grads),
-        "LM gradients",
-    );
-    let loss = |out: &burn::train::TrainOutput<burn::train::SequenceOutput<B>>| {
-        out.item.loss.clone().into_scalar()
+    // the step over 3 threads against the whole batch's: gradients, loss and logits
+    let spread_equals_whole = |batch: mamba2_burn::train::LmBatch<B>, what: &str| {
+        let whole = TrainStep::step(&model, batch.clone());
+        let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
+        assert_close(
+            &grads_of(&model, &spread.grads),
+            &grads_of(&model, &whole.grads),
+            what,
+        );
+        let (spread_loss, whole_loss) = (
+            spread.item.loss.clone().into_scalar(),
+            whole.item.loss.clone().into_scalar(),
+        );
+        assert!((spread_loss - whole_loss).abs() <= REORDERED_SUM_TOL * whole_loss);
+        assert_eq!(spread.item.logits.dims(), whole.item.logits.dims());
     };
-    assert!((loss(&spread) - loss(&whole)).abs() <= REORDERED_SUM_TOL * loss(&whole));
-    assert_eq!(spread.item.logits.dims(), whole.item.logits.dims());
+    spread_equals_whole(batch, "LM gradients");
 
     // packed rows: each slice carries its own rows' documents
     let documents = [
@@ -435,14 +440,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     }
     .batch(items, &dev());
     assert!(packed.documents.is_some());
-    let whole = TrainStep::step(&model, packed.clone());
-    let spread = TrainStep::step(&model.clone().with_step_threads(3), packed);
-    assert_close(
-        &grads_of(&model, &spread.grads),
-        &grads_of(&model, &whole.grads),
-        "packed LM gradients",
-    );
-    assert!((loss(&spread) - loss(&whole)).abs() <= REORDERED_SUM_TOL * loss(&whole));
+    spread_equals_whole(packed, "packed LM gradients");
 
     // regressor: 4 rows over 2 threads
     let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8);

@@ -125,12 +125,9 @@ impl<B: Backend> Mamba2Lm<B> {
     /// If the batch holds token ids outside the vocabulary (a data error that a training step
     /// cannot return).
     pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B> {
-        let inputs = batch.inputs.clone();
-        let (logits, _) = match &batch.documents {
-            Some(documents) => self.forward_documents(inputs, documents, None),
-            None => self.forward(inputs, None),
-        }
-        .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let (logits, _) = self
+            .forward_inner(batch.inputs.clone(), batch.documents.as_ref(), None)
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
         let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
         SequenceOutput::new(loss, logits, None, batch.targets.clone())
     }

@@ -523,10 +523,7 @@ fn score_batch<B: burn::tensor::backend::Backend>(
     use crate::activation::log_softmax;
     use burn::data::dataloader::batcher::Batcher;
     let batch: super::LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
-    let (logits, _) = match &batch.documents {
-        Some(documents) => model.forward_documents(batch.inputs, documents, None)?,
-        None => model.forward(batch.inputs, None)?,
-    };
+    let (logits, _) = model.forward_inner(batch.inputs, batch.documents.as_ref(), None)?;
     let [b, l, v] = logits.dims();
     let targets = batch.targets.reshape([b * l, 1]);
     let log_probs = log_softmax(logits.reshape([b * l, v]), 1);

@@ -27,12 +27,14 @@ struct BestEpoch {
 }
 
 impl BestEpoch {
-    /// Reads `epoch`'s mean validation loss from the store (when it has one): whether it is a
-    /// new best, and the best it replaces.
+    /// Reads `epoch`'s mean validation loss from the store (when it has a finite one): when it
+    /// is a new best, the best it replaces.
     fn read(&mut self, epoch: usize, store: &EventStoreClient) -> Option<usize> {
-        let value = store.find_metric(LOSS, epoch, Aggregate::Mean, &Split::Valid)?;
+        let value = store
+            .find_metric(LOSS, epoch, Aggregate::Mean, &Split::Valid)
+            .filter(|v| v.is_finite())?;
         match self.best {
-            Some((_, best)) if best <= value || !value.is_finite() => None,
+            Some((_, best)) if best <= value => None,
             previous => {
                 self.best = Some((epoch, value));
                 previous.map(|(e, _)| e)
