@@ -358,7 +358,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 seq_len,
                 kv_pairs,
             };
-            task.validate()?;
+            task.validate().map_err(|e| e.to_string())?;
             // training sequences cycle through k/4, k/2 and k pairs in sequences shortened in
             // proportion (easier examples at a fraction of the cost, as in Zoology's mixed
             // training sets of several lengths); validation and test use k pairs only
@@ -386,7 +386,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
                 seq_len,
                 n_data: args.n_data,
             };
-            task.validate()?;
+            task.validate().map_err(|e| e.to_string())?;
             let gen = move |s, i| task.example(s, i);
             let [train, valid, test] = generated(gen, gen, args.seed, train_size);
             Ok(TaskData {
@@ -414,8 +414,8 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
             use burn::data::dataset::InMemDataset;
             Ok(TaskData {
                 train: Box::new(InMemDataset::new(corpus.train)),
-                test: Box::new(InMemDataset::new(corpus.valid.clone())),
                 valid: Box::new(InMemDataset::new(corpus.valid)),
+                test: Box::new(InMemDataset::new(corpus.test)),
                 vocab: BYTE_VOCAB,
                 ignore_index: None,
                 describe: format!("seq_len={seq_len}"),

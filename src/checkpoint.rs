@@ -21,7 +21,6 @@ use std::rc::Rc;
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, TensorSnapshot};
 use burn::tensor::{backend::Backend, DType, TensorData};
 use serde::Deserialize;
@@ -30,6 +29,7 @@ use crate::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::error::{Mamba2Error, Result};
 use crate::lm::{Mamba2Lm, Mamba2LmConfig};
 use crate::mixer::{DtLimit, Mamba2Config};
+use crate::recorder::CheckpointRecorder;
 
 /// The layout a checkpoint folder is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,12 +42,6 @@ pub enum CheckpointFormat {
     Burn,
 }
 
-fn file_error(file: &Path, reason: impl ToString) -> Mamba2Error {
-    Mamba2Error::File {
-        file: file.to_path_buf(),
-        reason: reason.to_string(),
-    }
-}
 
 /// Hugging Face `Mamba2Config` fields; absent fields take transformers' defaults.
 #[derive(Deserialize)]
@@ -84,8 +78,8 @@ struct HfConfig {
     time_step_max: f64,
     #[serde(default = "hf::time_step_floor")]
     time_step_floor: f64,
-    #[serde(default = "unlimited")]
-    time_step_limit: (f64, f64),
+    #[serde(default)]
+    time_step_limit: DtLimit,
     #[serde(default = "hf::chunk_size")]
     chunk_size: usize,
     #[serde(default)]
@@ -149,10 +143,6 @@ fn yes() -> bool {
     true
 }
 
-fn unlimited() -> (f64, f64) {
-    (0.0, f64::INFINITY)
-}
-
 /// state-spaces `MambaConfig` fields.
 #[derive(Deserialize)]
 struct SsConfig {
@@ -190,7 +180,7 @@ struct SsMixerConfig {
     dt_min: Option<f64>,
     dt_max: Option<f64>,
     dt_init_floor: Option<f64>,
-    dt_limit: Option<(f64, f64)>,
+    dt_limit: Option<DtLimit>,
     A_init_range: Option<(f64, f64)>,
     bias: Option<bool>,
     conv_bias: Option<bool>,
@@ -236,10 +226,7 @@ impl HfConfig {
             .with_dt_min(self.time_step_min)
             .with_dt_max(self.time_step_max)
             .with_dt_init_floor(self.time_step_floor)
-            .with_dt_limit(DtLimit {
-                min: self.time_step_limit.0,
-                max: self.time_step_limit.1,
-            })
+            .with_dt_limit(self.time_step_limit)
             .with_bias(self.use_bias)
             .with_conv_bias(self.use_conv_bias)
             .with_rmsnorm(self.rms_norm)
@@ -294,10 +281,7 @@ impl SsConfig {
             dt_min: m.dt_min.unwrap_or(d.dt_min),
             dt_max: m.dt_max.unwrap_or(d.dt_max),
             dt_init_floor: m.dt_init_floor.unwrap_or(d.dt_init_floor),
-            dt_limit: m
-                .dt_limit
-                .map(|(min, max)| DtLimit { min, max })
-                .unwrap_or(d.dt_limit),
+            dt_limit: m.dt_limit.unwrap_or(d.dt_limit),
             a_init_range: m.A_init_range.unwrap_or(d.a_init_range),
             bias: m.bias.unwrap_or(d.bias),
             conv_bias: m.conv_bias.unwrap_or(d.conv_bias),
@@ -326,34 +310,108 @@ impl SsConfig {
 
 /// Reads `dir/config.json` in any of the three formats.
 ///
-/// Python's JSON (`Infinity`, `NaN`) is accepted.
+/// Python's JSON (`Infinity`, `NaN`) is accepted. The file is parsed once, into a JSON value
+/// that holds a non-finite number as `null`: the dt limits read a `null` bound as `∞` (this
+/// crate writes an infinite bound so too), every other number field refuses it.
 pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
     let file = dir.join("config.json");
-    let text = std::fs::read_to_string(&file).map_err(|e| file_error(&file, e))?;
-    let value: serde_json::Value = match json5::from_str::<serde_json::Value>(&text) {
-        Ok(v) => v,
-        Err(e) => return Err(file_error(&file, format!("not valid JSON: {e}"))),
-    };
+    parse_config(&file).map_err(|e| match e {
+        // name the file too
+        Mamba2Error::InvalidConfig { field, reason } => Mamba2Error::ConfigFile {
+            file: file.clone(),
+            field,
+            reason,
+        },
+        e => e,
+    })
+}
+
+fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
+    let file = file.to_path_buf();
+    let text = std::fs::read_to_string(&file).map_err(|e| Mamba2Error::file(&file, e))?;
+    let value: serde_json::Value = json5::from_str(&text)
+        .map_err(|e| Mamba2Error::file(&file, format!("not valid JSON: {e}")))?;
     let has = |key: &str| value.get(key).is_some();
-    let parse_err = |e: json5::Error| file_error(&file, format!("bad config: {e}"));
-    if has("ssm_cfg") || (has("d_model") && has("n_layer")) {
-        let c: SsConfig = json5::from_str(&text).map_err(parse_err)?;
-        Ok((c.into_config(&file)?, CheckpointFormat::StateSpaces))
+    let is_mamba2 = value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2");
+    let format = if has("ssm_cfg") || (has("d_model") && has("n_layer")) {
+        CheckpointFormat::StateSpaces
     } else if has("backbone") && has("vocab_size") && !has("hidden_size") {
-        let c: Mamba2LmConfig = json5::from_str(&text).map_err(parse_err)?;
-        c.validate()?;
-        Ok((c, CheckpointFormat::Burn))
-    } else if has("hidden_size")
-        || value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2")
-    {
-        let c: HfConfig = json5::from_str(&text).map_err(parse_err)?;
-        Ok((c.into_config(&file)?, CheckpointFormat::HuggingFace))
+        CheckpointFormat::Burn
+    } else if has("hidden_size") || is_mamba2 {
+        CheckpointFormat::HuggingFace
     } else {
-        Err(file_error(
+        return Err(Mamba2Error::file(
             &file,
             "not a Mamba-2 config (no hidden_size, d_model/n_layer or backbone)",
-        ))
+        ));
+    };
+    let parse_err = |e: serde_json::Error| Mamba2Error::file(&file, format!("bad config: {e}"));
+    match format {
+        CheckpointFormat::StateSpaces => {
+            let c: SsConfig = serde_json::from_value(value).map_err(parse_err)?;
+            Ok((c.into_config(&file)?, format))
+        }
+        CheckpointFormat::Burn => {
+            let c: Mamba2LmConfig = serde_json::from_value(value).map_err(parse_err)?;
+            Ok((c, format))
+        }
+        CheckpointFormat::HuggingFace => {
+            let c: HfConfig = serde_json::from_value(value).map_err(parse_err)?;
+            Ok((c.into_config(&file)?, format))
+        }
     }
+    .and_then(|(c, format)| {
+        c.validate()?;
+        Ok((c, format))
+    })
+}
+
+/// Checks, before a model is built, that `file` is large enough for the parameters that
+/// `params` (a count from the config) declares at 2 bytes each (f16 / bf16, the smallest float
+/// type a checkpoint may hold), so that a config declaring a huge model next to a small file
+/// is an error and not an allocation of the declared size.
+fn check_weights_fit(file: &Path, params: f64) -> Result<()> {
+    if !file.is_file() {
+        return Err(Mamba2Error::file(file, "no such file"));
+    }
+    let len = std::fs::metadata(file)
+        .map_err(|e| Mamba2Error::file(file, format!("cannot read: {e}")))?
+        .len();
+    if 2.0 * params > len as f64 {
+        return Err(Mamba2Error::file(
+            file,
+            format!(
+                "{len} bytes cannot hold the {params:.0} parameters that config.json declares"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The parameters of the backbone `config` describes (counted in `f64`, which cannot overflow
+/// for sizes from a corrupt file).
+fn backbone_params(config: &Mamba2BackboneConfig) -> f64 {
+    let m = &config.mixer;
+    let f = |v: usize| v as f64;
+    let d_model = f(m.d_model);
+    let d_inner = f(m.expand) * d_model;
+    let bc = 2.0 * f(m.ngroups) * f(m.d_state);
+    let d_in_proj = 2.0 * d_inner + bc + (d_inner / f(m.headdim.max(1))).floor();
+    let per_layer = d_model // the block's norm
+        + d_model * d_in_proj
+        + (d_inner + bc) * f(m.d_conv)
+        + d_inner * d_model;
+    f(config.n_layer) * per_layer + d_model
+}
+
+/// The parameters of the language model `config` describes (a lower bound: biases and the
+/// per-head vectors are left out).
+fn lm_params(config: &Mamba2LmConfig) -> f64 {
+    let multiple = config.pad_vocab_size_multiple.max(1) as f64;
+    let vocab = (config.vocab_size as f64 / multiple).ceil() * multiple;
+    let embedding = vocab * config.backbone.mixer.d_model as f64;
+    let head = if config.tie_embeddings { 0.0 } else { embedding };
+    backbone_params(&config.backbone) + embedding + head
 }
 
 /// Where a model parameter comes from in a PyTorch-layout checkpoint.
@@ -423,12 +481,12 @@ fn load_safetensors<B: Backend, M: Module<B>>(
     ignorable: impl Fn(&str) -> bool,
 ) -> Result<M> {
     if !file.is_file() {
-        return Err(file_error(file, "no such file"));
+        return Err(Mamba2Error::file(file, "no such file"));
     }
     let mut store = SafetensorsStore::from_file(file);
     let tensors = store
         .get_all_snapshots()
-        .map_err(|e| file_error(file, format!("not a readable safetensors file: {e}")))?
+        .map_err(|e| Mamba2Error::file(file, format!("not a readable safetensors file: {e}")))?
         .clone();
     let mut used = BTreeSet::new();
     let mut snapshots = Vec::new();
@@ -488,7 +546,7 @@ fn load_safetensors<B: Backend, M: Module<B>>(
     let mut model = model;
     let result = model.apply(snapshots, None, None, false);
     if !result.errors.is_empty() || result.applied.len() != expected {
-        return Err(file_error(file, format!("loading failed: {result}")));
+        return Err(Mamba2Error::file(file, format!("loading failed: {result}")));
     }
     Ok(model)
 }
@@ -498,6 +556,11 @@ fn load_safetensors<B: Backend, M: Module<B>>(
 pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<Mamba2Lm<B>> {
     let dir = dir.as_ref();
     let (config, format) = read_config(dir)?;
+    let weights = match format {
+        CheckpointFormat::Burn => dir.join("model.mpk"),
+        _ => dir.join("model.safetensors"),
+    };
+    check_weights_fit(&weights, lm_params(&config))?;
     let model = config.init::<B>(device)?;
     if format == CheckpointFormat::Burn {
         return load_record(model, &dir.join("model"), device);
@@ -537,6 +600,8 @@ pub fn load_backbone<B: Backend>(
     if format == CheckpointFormat::Burn {
         return Ok(load_lm::<B>(dir, device)?.backbone);
     }
+    let weights = dir.join("model.safetensors");
+    check_weights_fit(&weights, backbone_params(&config.backbone))?;
     let model = config.backbone.init::<B>(device)?;
     load_safetensors(
         model,
@@ -552,18 +617,14 @@ pub fn load_backbone<B: Backend>(
     )
 }
 
-fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::<FullPrecisionSettings>::new()
-}
-
 fn load_record<B: Backend, M: Module<B>>(model: M, path: &Path, device: &B::Device) -> Result<M> {
     let file = path.with_extension("mpk");
     if !file.is_file() {
-        return Err(file_error(&file, "no such file"));
+        return Err(Mamba2Error::file(&file, "no such file"));
     }
     model
-        .load_file(path.to_path_buf(), &recorder(), device)
-        .map_err(|e| file_error(&file, format!("not a readable model record: {e}")))
+        .load_file(path.to_path_buf(), &CheckpointRecorder::default(), device)
+        .map_err(|e| Mamba2Error::file(&file, format!("not a readable model record: {e}")))
 }
 
 /// Saves `model` and its config to `dir` in this crate's format (`config.json`, `model.mpk`,
@@ -574,26 +635,28 @@ pub fn save_lm<B: Backend>(
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
     let dir = dir.as_ref();
-    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
-    let config_file = dir.join("config.json");
-    config
-        .save(&config_file)
-        .map_err(|e| file_error(&config_file, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;
+    save_config(config, &dir.join("config.json"))?;
     let path = dir.join("model");
-    model
-        .clone()
-        .save_file(path.clone(), &recorder())
-        .map_err(|e| file_error(&path, e))?;
+    save_record(model, &path)?;
     Ok(path.with_extension("mpk"))
 }
 
-/// Saves any module of this crate as a full-precision Burn record at `path` (`.mpk` added).
+/// Saves any module of this crate as a full-precision Burn record at `path` (`.mpk` added),
+/// atomically: the record is written to a hidden file beside it and renamed into place, so that
+/// an interrupted save leaves the previous record intact.
 pub fn save_record<B: Backend, M: Module<B>>(module: &M, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     module
         .clone()
-        .save_file(path.to_path_buf(), &recorder())
-        .map_err(|e| file_error(path, e))
+        .save_file(path.to_path_buf(), &CheckpointRecorder::default())
+        .map_err(|e| Mamba2Error::file(path.with_extension("mpk"), e))
+}
+
+/// Writes `config` as JSON to `file`, atomically (see [`save_record`]).
+pub(crate) fn save_config<C: Config>(config: &C, file: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(config).map_err(|e| Mamba2Error::file(file, e))?;
+    crate::recorder::write_atomic(file, text.as_bytes()).map_err(|e| Mamba2Error::file(file, e))
 }
 
 /// Loads a record written by [`save_record`] into `module` (built from the same config).

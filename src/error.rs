@@ -1,6 +1,6 @@
 //! The crate's error type.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong when building, running or loading a Mamba-2 model.
 ///
@@ -12,6 +12,17 @@ pub enum Mamba2Error {
     #[error("invalid config: `{field}` {reason}")]
     InvalidConfig {
         /// The config field (or fields) at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A checkpoint's `config.json` describes a model that cannot be built.
+    #[error("{file}: invalid config: `{field}` {reason}")]
+    ConfigFile {
+        /// The config file.
+        file: PathBuf,
+        /// The config field (or fields) at fault, as this crate's config names it.
         field: &'static str,
         /// What is wrong with it.
         reason: String,
@@ -105,6 +116,24 @@ pub enum Mamba2Error {
         /// What is not supported.
         reason: String,
     },
+}
+
+impl Mamba2Error {
+    /// A [`Mamba2Error::File`]: `file` cannot be read, parsed or written, for `reason`.
+    pub fn file(file: impl AsRef<Path>, reason: impl ToString) -> Self {
+        Self::File {
+            file: file.as_ref().to_path_buf(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// A [`Mamba2Error::InvalidConfig`]: config field `field` is wrong, for `reason`.
+    pub fn config(field: &'static str, reason: impl ToString) -> Self {
+        Self::InvalidConfig {
+            field,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// Shorthand for `Result<T, Mamba2Error>`.

@@ -46,6 +46,7 @@ pub mod blas;
 pub mod block;
 pub mod checkpoint;
 pub mod cpu;
+#[cfg(feature = "train")]
 pub mod data;
 pub mod documents;
 pub mod error;
@@ -53,11 +54,13 @@ pub mod forecaster;
 pub mod lm;
 pub mod mixer;
 pub mod norm;
+mod recorder;
 pub mod regressor;
 pub mod sampling;
 pub mod ssd;
 pub mod state;
 pub mod streaming;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
@@ -70,6 +73,7 @@ pub use error::{Mamba2Error, Result};
 pub use forecaster::{ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig};
 pub use lm::{Mamba2Lm, Mamba2LmConfig};
 pub use mixer::{DtLimit, Mamba2, Mamba2Config};
+pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
 pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};
 pub use state::{BackboneState, Mamba2State};
 pub use streaming::StreamingForecaster;

@@ -51,6 +51,20 @@ impl Mamba2LmConfig {
                 reason: "must be at least 1".into(),
             });
         }
+        if self
+            .vocab_size
+            .checked_next_multiple_of(self.pad_vocab_size_multiple)
+            .and_then(|v| v.checked_mul(self.backbone.mixer.d_model))
+            .is_none()
+        {
+            return Err(Mamba2Error::config(
+                "vocab_size",
+                format!(
+                    "{} (padded to a multiple of {}) times d_model overflows",
+                    self.vocab_size, self.pad_vocab_size_multiple
+                ),
+            ));
+        }
         self.backbone.validate()
     }
 

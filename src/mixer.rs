@@ -164,6 +164,22 @@ impl Mamba2Config {
                 return invalid(field, "must be at least 1".into());
             }
         }
+        // the derived sizes (and in_proj's weight) must be representable
+        let in_proj_weights = self.expand.checked_mul(self.d_model).and_then(|d_inner| {
+            let bc = self.ngroups.checked_mul(self.d_state)?.checked_mul(2)?;
+            let d_in_proj = d_inner.checked_mul(2)?.checked_add(bc)?;
+            d_in_proj.checked_add(d_inner / self.headdim)?.checked_mul(self.d_model)
+        });
+        if in_proj_weights.is_none() {
+            return invalid(
+                "d_model",
+                format!(
+                    "d_model = {}, expand = {}, ngroups = {}, d_state = {}: the layer's sizes \
+                     overflow",
+                    self.d_model, self.expand, self.ngroups, self.d_state
+                ),
+            );
+        }
         if self.d_inner() % self.headdim != 0 {
             return invalid(
                 "headdim",

@@ -3,6 +3,9 @@
 //! trades and OHLCV; bad files are errors naming the file.
 #![cfg(feature = "dbn")]
 
+#[path = "common/mutate.rs"]
+mod mutate;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +17,8 @@ use dbn::{
 };
 use mamba2_burn::data::market::{market_series, market_windows, MarketTarget, MARKET_FEATURES};
 use mamba2_burn::Mamba2Error;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 
 const SEC: u64 = 1_000_000_000;
 const PX: f64 = 1e9;
@@ -335,4 +340,69 @@ fn bad_files_are_errors_that_name_the_file() {
         market_series(&[long], 1),
         Err(Mamba2Error::InvalidInput { .. })
     ));
+}
+
+/// DBN inputs of the mutation test (the first four are the unmutated files).
+const DBN_INPUTS: usize = 3000;
+
+/// Seeded mutations of valid DBN files (MBP-1 plain and zstd, trades, OHLCV; flipped bits, cut
+/// and repeated ranges, extreme integers over length, size and timestamp fields) each decode
+/// or give an error naming the file: no panic, and no single allocation above 256 MiB. (A
+/// series' rows grow with the span of its timestamps, which a flipped bit can stretch to
+/// centuries: the grid here is an hour, so that the largest span a u64 timestamp allows stays
+/// within the bound; `MAX_GRID_ROWS` caps the rows at any interval.)
+#[test]
+fn mutated_dbn_files_decode_or_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, write: &dyn Fn(&Path)| {
+        let path = dir.path().join(name);
+        write(&path);
+        std::fs::read(&path).unwrap()
+    };
+    let trades: Vec<TradeMsg> = (0..6)
+        .map(|k| trade(3, k * SEC, 100.0 + k as f64, 2))
+        .collect();
+    let bars: Vec<OhlcvMsg> = (0..6)
+        .map(|k| bar(3, k * SEC, 100.0 + k as f64, 102.0 + k as f64, 99.0, 10))
+        .collect();
+    let bases = [
+        ("mbp.dbn", make("b0", &|p| write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::None))),
+        ("mbp.dbn.zst", make("b1", &|p| write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::Zstd))),
+        ("trades.dbn", make("b2", &|p| write_dbn(p, Some(Schema::Trades), &trades, Compression::None))),
+        ("bars.dbn", make("b3", &|p| write_dbn(p, Some(Schema::Ohlcv1S), &bars, Compression::None))),
+    ];
+    let mut rng = StdRng::seed_from_u64(31);
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..DBN_INPUTS {
+        let (name, base) = &bases[i % bases.len()];
+        let bytes = if i < bases.len() {
+            base.clone()
+        } else {
+            mutate::mutate_bytes(&mut rng, base)
+        };
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let (result, largest) = mutate::largest_allocation(|| {
+            std::panic::catch_unwind(|| market_series(std::slice::from_ref(&path), 3600 * SEC))
+        });
+        assert!(
+            largest <= 256 << 20,
+            "DBN input {i} ({name}): an allocation of {largest} bytes for a {}-byte file",
+            bytes.len()
+        );
+        match result {
+            Err(_) => panic!("DBN input {i} ({name}) panicked"),
+            Ok(Ok(_)) => accepted += 1,
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains(name),
+                    "DBN input {i}: the error does not name {name}: {message}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    println!("DBN: {DBN_INPUTS} inputs, {accepted} decoded, {refused} refused");
+    assert!(accepted >= bases.len() && refused > DBN_INPUTS / 4);
 }

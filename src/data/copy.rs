@@ -9,6 +9,7 @@ use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
 use super::SequenceItem;
+use crate::error::Mamba2Error;
 
 /// The noise token, also the target of unscored positions.
 pub const NOISE: i64 = 0;
@@ -28,17 +29,20 @@ pub struct CopyConfig {
 
 impl CopyConfig {
     /// Checks the sizes.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         if self.vocab_size < 3 {
-            return Err(format!(
-                "vocab_size must be at least 3, got {}",
-                self.vocab_size
+            return Err(Mamba2Error::config(
+                "vocab_size",
+                format!("must be at least 3, got {}", self.vocab_size),
             ));
         }
         if self.n_data == 0 || 2 * self.n_data > self.seq_len {
-            return Err(format!(
-                "need 1 <= n_data <= seq_len / 2, got n_data {} and seq_len {}",
-                self.n_data, self.seq_len
+            return Err(Mamba2Error::config(
+                "n_data",
+                format!(
+                    "need 1 <= n_data <= seq_len / 2, got n_data {} and seq_len {}",
+                    self.n_data, self.seq_len
+                ),
             ));
         }
         Ok(())

@@ -88,12 +88,6 @@ fn price(p: i64) -> Option<f64> {
     (p != UNDEF_PRICE && p > 0).then(|| p as f64 / dbn::FIXED_PRICE_SCALE as f64)
 }
 
-fn file_error(path: &Path, reason: impl ToString) -> Mamba2Error {
-    Mamba2Error::File {
-        file: path.to_path_buf(),
-        reason: reason.to_string(),
-    }
-}
 
 /// The record types a file of `schema` may hold: its own, and the control records (symbol
 /// mappings, system and error messages).
@@ -118,25 +112,34 @@ fn allowed_rtypes(schema: Schema) -> &'static [u8] {
 fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
     use std::io::Read;
     let len = std::fs::metadata(path)
-        .map_err(|e| file_error(path, format!("cannot read: {e}")))?
+        .map_err(|e| Mamba2Error::file(path, format!("cannot read: {e}")))?
         .len();
     if len == 0 {
-        return Err(file_error(path, "empty file, not a DBN file"));
+        return Err(Mamba2Error::file(path, "empty file, not a DBN file"));
     }
     let mut bytes = Vec::new();
     dbn::decode::DynReader::from_file(path)
-        .map_err(|e| file_error(path, format!("not a readable DBN file: {e}")))?
+        .map_err(|e| Mamba2Error::file(path, format!("not a readable DBN file: {e}")))?
         .read_to_end(&mut bytes)
-        .map_err(|e| file_error(path, format!("corrupt or truncated compressed stream: {e}")))?;
+        .map_err(|e| Mamba2Error::file(path, format!("corrupt or truncated compressed stream: {e}")))?;
     if bytes.len() < 8 || &bytes[..3] != b"DBN" {
-        return Err(file_error(path, "not a DBN file (no DBN header)"));
+        return Err(Mamba2Error::file(path, "not a DBN file (no DBN header)"));
     }
     let metadata_len = 8 + u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
+    if metadata_len > bytes.len() {
+        return Err(Mamba2Error::file(
+            path,
+            format!(
+                "truncated or corrupt DBN file: the metadata declares {metadata_len} bytes, the stream has {}",
+                bytes.len()
+            ),
+        ));
+    }
     let mut decoder =
         dbn::decode::dbn::Decoder::with_upgrade_policy(&bytes[..], VersionUpgradePolicy::AsIs)
-            .map_err(|e| file_error(path, format!("not a readable DBN file: {e}")))?;
+            .map_err(|e| Mamba2Error::file(path, format!("not a readable DBN file: {e}")))?;
     let schema = decoder.metadata().schema.ok_or_else(|| {
-        file_error(
+        Mamba2Error::file(
             path,
             "the file declares no schema (a mixed-schema file); use one file per schema \
              (mbp-1, trades or ohlcv-*)",
@@ -144,7 +147,7 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
     })?;
     let allowed = allowed_rtypes(schema);
     if allowed.is_empty() {
-        return Err(file_error(
+        return Err(Mamba2Error::file(
             path,
             format!("schema {schema} is not supported (mbp-1, trades or ohlcv-*)"),
         ));
@@ -155,16 +158,29 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
     loop {
         let record = decoder
             .decode_record_ref()
-            .map_err(|e| file_error(path, format!("corrupt after {count} records: {e}")))?;
+            .map_err(|e| Mamba2Error::file(path, format!("corrupt after {count} records: {e}")))?;
         let Some(record) = record else { break };
         let header = record.header();
         if !allowed.contains(&header.rtype) {
-            return Err(file_error(
+            return Err(Mamba2Error::file(
                 path,
                 format!(
                     "corrupt: record {count} has type 0x{:02x}, which a {schema} file cannot hold",
                     header.rtype
                 ),
+            ));
+        }
+        // a record shorter than its type (a corrupt length byte) is refused here: the dbn
+        // crate's typed access asserts on it
+        let size = header.record_size();
+        let short = |needed: usize| size < needed;
+        if (record.has::<Mbp1Msg>() && short(std::mem::size_of::<Mbp1Msg>()))
+            || (record.has::<TradeMsg>() && short(std::mem::size_of::<TradeMsg>()))
+            || (record.has::<OhlcvMsg>() && short(std::mem::size_of::<OhlcvMsg>()))
+        {
+            return Err(Mamba2Error::file(
+                path,
+                format!("corrupt: record {count} ({schema}) declares {size} bytes, too few"),
             ));
         }
         consumed += header.record_size();
@@ -228,7 +244,7 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
         // control records (symbol mappings, system messages) carry no features
     }
     if consumed != bytes.len() {
-        return Err(file_error(
+        return Err(Mamba2Error::file(
             path,
             format!(
                 "truncated or corrupt: {} bytes after the last whole record ({count} records)",
@@ -237,7 +253,7 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
         ));
     }
     if events.is_empty() {
-        return Err(file_error(
+        return Err(Mamba2Error::file(
             path,
             format!("no {schema} records with valid prices"),
         ));
@@ -322,7 +338,8 @@ fn grid(events: &[(u64, Event)], interval_ns: u64) -> crate::Result<(Vec<String>
     let (mut stamps, mut out) = (Vec::new(), Vec::new());
     let mut next = 0;
     for k in 0..rows {
-        let end = start + (k + 1) * interval_ns;
+        // saturating: a timestamp near the end of u64 (a corrupt file) must not wrap around
+        let end = start.saturating_add((k + 1).saturating_mul(interval_ns));
         state.volume = 0.0;
         state.trades = 0.0;
         while next < events.len() && events[next].0 < end {
@@ -386,7 +403,17 @@ pub fn market_series(
     for (id, mut events) in per_instrument {
         // stable: records of one timestamp keep their file order
         events.sort_by_key(|e| e.0);
-        let (timestamps, values) = grid(&events, interval_ns)?;
+        let (timestamps, values) = grid(&events, interval_ns).map_err(|e| match e {
+            // name the files the instrument's records came from
+            Mamba2Error::InvalidInput { name, reason } => {
+                let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                Mamba2Error::InvalidInput {
+                    name,
+                    reason: format!("instrument {id} in {}: {reason}", files.join(", ")),
+                }
+            }
+            e => e,
+        })?;
         out.insert(
             id,
             TimeSeries {

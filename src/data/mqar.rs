@@ -12,6 +12,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::SequenceItem;
+use crate::error::Mamba2Error;
 
 /// The filler token, also used as the target of positions that are not scored.
 pub const FILLER: i64 = 0;
@@ -29,25 +30,31 @@ pub struct MqarConfig {
 
 impl MqarConfig {
     /// Checks that the pairs and their queries fit in the sequence and the vocabulary.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         if self.kv_pairs == 0 {
-            return Err("kv_pairs must be at least 1".into());
+            return Err(Mamba2Error::config("kv_pairs", "must be at least 1"));
         }
         if self.vocab_size / 2 <= self.kv_pairs {
-            return Err(format!(
-                "vocab_size {} leaves {} keys, need more than kv_pairs = {}",
-                self.vocab_size,
-                self.vocab_size / 2 - 1,
-                self.kv_pairs
+            return Err(Mamba2Error::config(
+                "vocab_size",
+                format!(
+                    "{} leaves {} keys, need more than kv_pairs = {}",
+                    self.vocab_size,
+                    (self.vocab_size / 2).saturating_sub(1),
+                    self.kv_pairs
+                ),
             ));
         }
         // context 2k, then k (key, value) query pairs in the rest of the sequence + 1
         if 4 * self.kv_pairs > self.seq_len + 1 {
-            return Err(format!(
-                "seq_len {} is too short for {} pairs: need at least {}",
-                self.seq_len,
-                self.kv_pairs,
-                4 * self.kv_pairs - 1
+            return Err(Mamba2Error::config(
+                "seq_len",
+                format!(
+                    "{} is too short for {} pairs: need at least {}",
+                    self.seq_len,
+                    self.kv_pairs,
+                    4 * self.kv_pairs - 1
+                ),
             ));
         }
         Ok(())

@@ -13,13 +13,15 @@ use crate::error::Mamba2Error;
 
 use super::SequenceItem;
 
-/// A text file as training and validation windows of byte tokens.
+/// A text file as training, validation and test windows of byte tokens.
 #[derive(Clone, Debug)]
 pub struct ByteCorpus {
-    /// Training windows (the first 90% of the file).
+    /// Training windows (the first 80% of the file).
     pub train: Vec<SequenceItem>,
-    /// Validation windows (the last 10%).
+    /// Validation windows (the next 10%).
     pub valid: Vec<SequenceItem>,
+    /// Held-out test windows (the last 10%), never seen by training or model selection.
+    pub test: Vec<SequenceItem>,
 }
 
 /// Vocabulary of byte-level models.
@@ -30,7 +32,8 @@ pub const PARAGRAPH_SEPARATOR: &[u8] = b"\n\n";
 
 impl ByteCorpus {
     /// Reads `path` and cuts it into windows of `seq_len` inputs (and the next byte of each
-    /// as targets), the last 10% of the file for validation.
+    /// as targets): the first 80% of the file for training, the next 10% for validation, the
+    /// last 10% for testing.
     pub fn from_file(path: &Path, seq_len: usize) -> crate::Result<Self> {
         Self::read(path, |bytes| Self::from_bytes(bytes, seq_len))
     }
@@ -41,36 +44,36 @@ impl ByteCorpus {
         Self::read(path, |bytes| Self::packed(bytes, seq_len, separator))
     }
 
-    fn read(path: &Path, cut: impl FnOnce(&[u8]) -> Result<Self, String>) -> crate::Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Mamba2Error::File {
-            file: path.to_path_buf(),
-            reason: format!("cannot read text file: {e}"),
-        })?;
-        cut(&bytes).map_err(|reason| Mamba2Error::File {
-            file: path.to_path_buf(),
-            reason,
+    fn read(path: &Path, cut: impl FnOnce(&[u8]) -> crate::Result<Self>) -> crate::Result<Self> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Mamba2Error::file(path, format!("cannot read text file: {e}")))?;
+        cut(&bytes).map_err(|e| match e {
+            // a text too short is the file's fault
+            Mamba2Error::InvalidInput { reason, .. } => Mamba2Error::file(path, reason),
+            e => e,
         })
     }
 
     /// Cuts `bytes` into windows (see [`ByteCorpus::from_file`]); each window is one document.
-    pub fn from_bytes(bytes: &[u8], seq_len: usize) -> Result<Self, String> {
+    pub fn from_bytes(bytes: &[u8], seq_len: usize) -> crate::Result<Self> {
         Self::windows(bytes, seq_len, None)
     }
 
     /// Cuts `bytes` into the windows of [`ByteCorpus::from_bytes`], each recording the
     /// documents it holds: a document ends after each occurrence of `separator` (and at the
     /// end of the text), a window's first token continues the document it falls in. The
-    /// validation part starts at the first document after 90% of the text.
-    pub fn packed(bytes: &[u8], seq_len: usize, separator: &[u8]) -> Result<Self, String> {
+    /// validation and test parts each start at the first document after 80% and 90% of the
+    /// text.
+    pub fn packed(bytes: &[u8], seq_len: usize, separator: &[u8]) -> crate::Result<Self> {
         if separator.is_empty() {
-            return Err("the document separator must not be empty".into());
+            return Err(Mamba2Error::config("separator", "must not be empty"));
         }
         Self::windows(bytes, seq_len, Some(separator))
     }
 
-    fn windows(bytes: &[u8], seq_len: usize, separator: Option<&[u8]>) -> Result<Self, String> {
+    fn windows(bytes: &[u8], seq_len: usize, separator: Option<&[u8]>) -> crate::Result<Self> {
         if seq_len == 0 {
-            return Err("seq_len must be at least 1".into());
+            return Err(Mamba2Error::config("seq_len", "must be at least 1"));
         }
         // document starts: after every separator
         let starts: Vec<usize> = match separator {
@@ -83,14 +86,15 @@ impl ByteCorpus {
                 .collect(),
             None => Vec::new(),
         };
-        let mut split = bytes.len() * 9 / 10;
-        if separator.is_some() {
-            split = starts
-                .iter()
-                .copied()
-                .find(|&s| s >= split)
-                .unwrap_or(split);
-        }
+        // a part starts at the first document start from its share of the text on
+        let split = |tenths: usize| {
+            let at = bytes.len() * tenths / 10;
+            match separator {
+                Some(_) => starts.iter().copied().find(|&s| s >= at).unwrap_or(at),
+                None => at,
+            }
+        };
+        let (valid_from, test_from) = (split(8), split(9));
         let windows = |offset: usize, part: &[u8]| -> Vec<SequenceItem> {
             part.windows(seq_len + 1)
                 .step_by(seq_len)
@@ -108,16 +112,21 @@ impl ByteCorpus {
                 })
                 .collect()
         };
-        let (train, valid) = (windows(0, &bytes[..split]), windows(split, &bytes[split..]));
-        if train.is_empty() || valid.is_empty() {
-            return Err(format!(
-                "{} bytes is too short for windows of {} (need at least {})",
-                bytes.len(),
-                seq_len + 1,
-                10 * (seq_len + 1)
-            ));
+        let train = windows(0, &bytes[..valid_from]);
+        let valid = windows(valid_from, &bytes[valid_from..test_from]);
+        let test = windows(test_from, &bytes[test_from..]);
+        if train.is_empty() || valid.is_empty() || test.is_empty() {
+            return Err(Mamba2Error::InvalidInput {
+                name: "bytes",
+                reason: format!(
+                    "{} bytes is too short for windows of {} in each part (need at least {})",
+                    bytes.len(),
+                    seq_len + 1,
+                    10 * (seq_len + 1)
+                ),
+            });
         }
-        Ok(Self { train, valid })
+        Ok(Self { train, valid, test })
     }
 }
 
@@ -154,10 +163,9 @@ mod tests {
         assert_eq!(corpus.train[0].input, b"ab\n\nc".map(i64::from));
         // the same tokens as the unpacked windows
         let plain = ByteCorpus::from_bytes(text, 5).unwrap();
-        assert_eq!(
-            plain.train.len() + plain.valid.len(),
-            corpus.train.len() + corpus.valid.len()
-        );
+        let total = |c: &ByteCorpus| c.train.len() + c.valid.len() + c.test.len();
+        assert_eq!(total(&plain), total(&corpus));
+        assert!(!corpus.test.is_empty());
         assert!(plain.train.iter().all(|w| w.documents.is_empty()));
         assert!(ByteCorpus::packed(text, 5, b"").is_err());
     }

@@ -24,33 +24,29 @@ pub struct TimeSeries {
     pub values: Vec<Vec<f32>>,
 }
 
-fn file_error(file: &Path, reason: impl ToString) -> Mamba2Error {
-    Mamba2Error::File {
-        file: file.to_path_buf(),
-        reason: reason.to_string(),
-    }
-}
 
 impl TimeSeries {
     /// Reads a CSV file with a header row. The first column is the timestamp; every other
     /// column must hold a number in every row.
+    #[cfg(feature = "timeseries")]
     pub fn from_csv(path: &Path) -> crate::Result<Self> {
         let file =
-            std::fs::File::open(path).map_err(|e| file_error(path, format!("cannot open: {e}")))?;
+            std::fs::File::open(path).map_err(|e| Mamba2Error::file(path, format!("cannot open: {e}")))?;
         Self::from_reader(file, path)
     }
 
     /// Reads CSV text from `reader`; `source` names it in errors.
+    #[cfg(feature = "timeseries")]
     pub fn from_reader<R: std::io::Read>(reader: R, source: &Path) -> crate::Result<Self> {
         let mut csv = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(reader);
         let header = csv
             .headers()
-            .map_err(|e| file_error(source, format!("cannot read the header: {e}")))?
+            .map_err(|e| Mamba2Error::file(source, format!("cannot read the header: {e}")))?
             .clone();
         if header.len() < 2 {
-            return Err(file_error(
+            return Err(Mamba2Error::file(
                 source,
                 "need a timestamp column and at least one numeric column",
             ));
@@ -63,9 +59,9 @@ impl TimeSeries {
         let (mut timestamps, mut values) = (Vec::new(), Vec::new());
         for (i, record) in csv.records().enumerate() {
             let line = i + 2;
-            let record = record.map_err(|e| file_error(source, format!("line {line}: {e}")))?;
+            let record = record.map_err(|e| Mamba2Error::file(source, format!("line {line}: {e}")))?;
             if record.len() != header.len() {
-                return Err(file_error(
+                return Err(Mamba2Error::file(
                     source,
                     format!(
                         "line {line}: {} fields, the header has {}",
@@ -81,7 +77,7 @@ impl TimeSeries {
                 .zip(&columns)
                 .map(|(cell, name)| match cell.trim().parse::<f32>() {
                     Ok(v) if v.is_finite() => Ok(v),
-                    _ => Err(file_error(
+                    _ => Err(Mamba2Error::file(
                         source,
                         format!("line {line}, column {name}: {cell:?} is not a finite number"),
                     )),
@@ -90,7 +86,7 @@ impl TimeSeries {
             values.push(row);
         }
         if values.is_empty() {
-            return Err(file_error(source, "no data rows"));
+            return Err(Mamba2Error::file(source, "no data rows"));
         }
         Ok(Self {
             timestamps,

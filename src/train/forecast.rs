@@ -15,10 +15,10 @@ use burn::train::{Learner, SupervisedTraining};
 use super::runner::{best_valid_epoch, finish_run, loaders, plain_progress, prepare_run};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use super::{
-    CheckpointRecorder, ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard,
+    ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard,
     PlainProgress, ProgressMode, WarmupCosineLr,
 };
-use crate::checkpoint::{load_module_record, save_record};
+use crate::checkpoint::{load_module_record, save_config, save_record};
 use crate::data::timeseries::{WindowBatcher, WindowItem};
 use crate::error::Mamba2Error;
 use crate::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
@@ -126,7 +126,7 @@ where
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(LossMetric::new())
         .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(CheckpointRecorder::default())
+        .with_file_checkpointer(crate::CheckpointRecorder::default())
         .num_epochs(config.epochs);
     if plain_progress(progress) {
         training = training.renderer(PlainProgress::new(4));
@@ -166,15 +166,8 @@ pub fn save_forecaster<B: Backend>(
     dir: impl AsRef<Path>,
 ) -> crate::Result<()> {
     let dir = dir.as_ref();
-    let file_error = |path: &Path, e: &dyn std::fmt::Display| Mamba2Error::File {
-        file: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, &e))?;
-    let config_file = dir.join("config.json");
-    config
-        .save(&config_file)
-        .map_err(|e| file_error(&config_file, &e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;
+    save_config(config, &dir.join("config.json"))?;
     save_record(model, dir.join("model"))
 }
 
@@ -189,9 +182,8 @@ pub fn load_forecaster<B: Backend>(
         dir = dir.join("model");
     }
     let config_file = dir.join("config.json");
-    let config = Mamba2ForecasterConfig::load(&config_file).map_err(|e| Mamba2Error::File {
-        file: config_file.clone(),
-        reason: format!("not a readable forecaster config: {e}"),
+    let config = Mamba2ForecasterConfig::load(&config_file).map_err(|e| {
+        Mamba2Error::file(&config_file, format!("not a readable forecaster config: {e}"))
     })?;
     let model = config.init::<B>(device)?;
     let model = load_module_record(model, dir.join("model"), device)?;

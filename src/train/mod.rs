@@ -24,7 +24,6 @@ mod forecast;
 mod optim;
 mod parallel;
 mod progress;
-mod recorder;
 mod runner;
 mod schedule;
 mod stopping;
@@ -36,7 +35,6 @@ pub use forecast::{
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
 pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;
-pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
 pub use runner::{
     checkpoint_epochs, evaluate_lm, train_lm, LmScores, LmTrainingConfig, ProgressMode,
 };

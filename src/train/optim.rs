@@ -176,7 +176,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimiz
     fn step(&mut self, lr: LearningRate, module: M, mut grads: GradientsParams) -> M {
         // the step gives up the last references to the old parameters and moments, which a
         // checkpoint may be reading on another thread (see `train::recorder`)
-        let _reads = super::recorder::exclusive_device_reads();
+        let _reads = crate::recorder::exclusive_device_reads();
         self.steps += 1;
         let mut norm = SquaredNorm::<B> {
             grads: &grads,

@@ -14,7 +14,7 @@ use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, Perple
 use burn::train::{Learner, SupervisedTraining};
 
 use super::{
-    CheckpointRecorder, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr,
+    Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr,
 };
 use crate::checkpoint::save_lm;
 use crate::data::loader::{BucketKey, EpochLoader};
@@ -67,12 +67,6 @@ pub enum ProgressMode {
     Plain,
 }
 
-fn io_error(path: &Path, reason: impl ToString) -> Mamba2Error {
-    Mamba2Error::File {
-        file: path.to_path_buf(),
-        reason: reason.to_string(),
-    }
-}
 
 /// The epochs that have a complete checkpoint (model, optimizer and scheduler) in `dir`.
 pub fn checkpoint_epochs(dir: &Path) -> Vec<usize> {
@@ -211,7 +205,7 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
         });
     }
     std::fs::create_dir_all(artifacts).map_err(|e| {
-        io_error(
+        Mamba2Error::file(
             artifacts,
             format!("cannot create the artifacts directory: {e}"),
         )
@@ -220,13 +214,13 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
     let checkpoint_dir = artifacts.join("checkpoint");
     let start_epoch = if resume {
         let saved = C::load(&config_file).map_err(|e| {
-            io_error(
+            Mamba2Error::file(
                 &config_file,
                 format!("cannot resume, no readable run config: {e}"),
             )
         })?;
         if saved.to_string() != config.to_string() {
-            return Err(io_error(
+            return Err(Mamba2Error::file(
                 &config_file,
                 "cannot resume: this run's config differs from the saved one",
             ));
@@ -234,7 +228,7 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
         match checkpoint_epochs(&checkpoint_dir).last() {
             Some(&e) => Some(e),
             None => {
-                return Err(io_error(
+                return Err(Mamba2Error::file(
                     &checkpoint_dir,
                     "cannot resume: no complete checkpoint",
                 ))
@@ -245,7 +239,7 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
     };
     config
         .save(&config_file)
-        .map_err(|e| io_error(&config_file, format!("cannot write: {e}")))?;
+        .map_err(|e| Mamba2Error::file(&config_file, format!("cannot write: {e}")))?;
     Ok(start_epoch)
 }
 
@@ -316,7 +310,7 @@ pub(crate) fn finish_run(
     }
     let metrics_file = artifacts.join("metrics.csv");
     std::fs::write(&metrics_file, metrics_csv(artifacts, epochs))
-        .map_err(|e| io_error(&metrics_file, format!("cannot write: {e}")))
+        .map_err(|e| Mamba2Error::file(&metrics_file, format!("cannot write: {e}")))
 }
 
 /// Plain progress lines unless `progress` is `Auto` and stdout is a terminal.
@@ -407,7 +401,7 @@ where
         .metric_valid_numeric(accuracy())
         .metric_valid_numeric(perplexity())
         .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(CheckpointRecorder::default())
+        .with_file_checkpointer(crate::CheckpointRecorder::default())
         .num_epochs(config.epochs);
     if plain_progress(progress) {
         training = training.renderer(PlainProgress::new(4));

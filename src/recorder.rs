@@ -1,18 +1,16 @@
 //! A file recorder that writes atomically: to a hidden temporary file, then renamed into place,
 //! so that an interrupted write never leaves a truncated checkpoint behind.
 //!
-//! Its conversion of a record (the reads from the device) and [`Mamba2Optimizer`]'s step exclude
-//! each other. Burn's `Learner` saves checkpoints on threads of its own while training goes on,
+//! Its conversion of a record (the reads from the device) and the training optimizer's step
+//! (`train::Mamba2Optimizer`, feature `train`) exclude each other. Burn's `Learner` saves checkpoints on threads of its own while training goes on,
 //! and burn-fusion 0.21 (`Wgpu`, `Cuda`) decides from a tensor's reference count, before its
 //! request reaches the device, whether a read or an operation may free the tensor. When the
 //! training thread gives up its last reference to a recorded parameter or moment (in the
 //! optimizer step) while a checkpointer thread is reading it, the tensor can be freed before the
 //! read: "Should have handle for tensor" on the device thread, then a `CallError` in
 //! `read_tensor_float` and a `SendError` from the checkpointer (tracel-ai/burn issue 4347).
-//!
-//! [`Mamba2Optimizer`]: super::Mamba2Optimizer
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use burn::record::{BurnRecord, Record};
@@ -26,6 +24,7 @@ static DEVICE_READS: Mutex<()> = Mutex::new(());
 
 /// Held while a record is read from the device for a checkpoint, and by the optimizer step
 /// (see the module documentation).
+#[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub(crate) fn exclusive_device_reads() -> MutexGuard<'static, ()> {
     DEVICE_READS
         .lock()
@@ -81,4 +80,16 @@ impl<B: Backend, R: FileRecorder<B>> FileRecorder<B> for AtomicFileRecorder<R> {
     fn file_extension() -> &'static str {
         R::file_extension()
     }
+}
+
+/// Writes `bytes` to `path` atomically: to a hidden temporary file beside it, then renamed into
+/// place, so that `path` holds either its old content or the new one, never a part.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?
+        .to_string_lossy();
+    let temporary = path.with_file_name(format!(".{name}.partial"));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
 }
