@@ -1,7 +1,7 @@
 //! The Mamba-2 mixer: in_proj, causal depthwise conv, SSD, gated RMSNorm, out_proj.
 
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 
 use crate::documents::Documents;
@@ -322,6 +322,7 @@ impl Mamba2Config {
 /// `A_log`, `d` for `D`, `norm`, `out_proj`); `Linear` weights are stored `[in, out]`, as
 /// Burn does.
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct Mamba2<B: Backend> {
     /// `d_model → [z | x | B | C | dt]`.
     pub in_proj: Linear<B>,
@@ -751,5 +752,49 @@ impl<B: Backend> Mamba2<B> {
         self.out_proj
             .forward(y.reshape([b * l, d]))
             .reshape([b, l, self.d_model])
+    }
+}
+
+impl<B: Backend> ModuleDisplay for Mamba2<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("d_model", &self.d_model)
+            .add("d_inner", &self.d_inner)
+            .add("d_state", &self.d_state)
+            .add("nheads", &self.nheads)
+            .add("headdim", &self.headdim)
+            .add("ngroups", &self.ngroups)
+            .add("d_conv", &self.d_conv)
+            .add("chunk_size", &self.chunk_size)
+            .add("gated_norm", &self.norm.is_some())
+            .add("params", &self.num_params())
+            .optional()
+    }
+}
+
+#[cfg(all(test, feature = "ndarray"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mixer_displays_its_sizes() {
+        let device = Default::default();
+        let mixer = Mamba2Config::new(32)
+            .with_d_state(8)
+            .with_headdim(16)
+            .init::<burn::backend::NdArray>(&device)
+            .unwrap();
+        let text = mixer.to_string();
+        for part in ["d_model: 32", "d_inner: 64", "d_state: 8", "nheads: 4", "headdim: 16"] {
+            assert!(text.contains(part), "{part} missing from {text}");
+        }
+        let params = mixer.num_params();
+        assert!(text.contains(&format!("params: {params}")), "{text}");
     }
 }

@@ -5,7 +5,7 @@
 //! type otherwise (so `f64` models stay `f64` end to end).
 
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::activation::silu;
@@ -25,6 +25,7 @@ pub struct RmsNormConfig {
 ///
 /// Its parameter is `weight`, as in PyTorch checkpoints (initialised to ones).
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct RmsNorm<B: Backend> {
     /// Per-channel scale `[d_model]`.
     pub weight: Param<Tensor<B, 1>>,
@@ -94,6 +95,7 @@ pub struct RmsNormGatedConfig {
 /// - `norm_before_gate = false`: `out = rms_g(y · silu(z)) · weight`
 /// - `norm_before_gate = true`: `out = rms_g(y) · weight · silu(z)`
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct RmsNormGated<B: Backend> {
     /// Per-channel scale `[d_model]` (ones at init).
     pub weight: Param<Tensor<B, 1>>,
@@ -134,5 +136,39 @@ impl<B: Backend> RmsNormGated<B> {
         } else {
             grouped(y * gate) * weight
         }
+    }
+}
+
+impl<B: Backend> ModuleDisplay for RmsNorm<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [d_model] = self.weight.shape().dims();
+        content
+            .add("d_model", &d_model)
+            .add("eps", &self.eps)
+            .optional()
+    }
+}
+
+impl<B: Backend> ModuleDisplay for RmsNormGated<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [d_model] = self.weight.shape().dims();
+        content
+            .add("d_model", &d_model)
+            .add("group_size", &self.group_size)
+            .add("eps", &self.eps)
+            .add("norm_before_gate", &self.norm_before_gate)
+            .optional()
     }
 }
