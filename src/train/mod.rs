@@ -1,16 +1,18 @@
-//! Training with Burn's `Learner`: `TrainStep` / `InferenceStep` for the language model and the
-//! regressor, the optimizer the reference trains with, and a warmup + cosine schedule.
+//! Training with Burn's `Learner`: `TrainStep` / `InferenceStep` for the language model, the
+//! regressor and the forecaster, the optimizer the reference trains with, and a warmup + cosine
+//! schedule.
 //!
 //! The model types themselves implement the steps, so that a Burn training loop takes them
-//! as they are:
+//! as they are. Each implements [`SupervisedModel`] (its batch, its loss, how the batch splits
+//! over threads), and one generic step, [`train_step`] / [`inference_step`], serves all three:
 //!
 //! - [`Mamba2Lm`](crate::Mamba2Lm) on an [`LmBatch`]: next-token cross-entropy (positions whose
 //!   target is `ignore_index` are not scored), output [`SequenceOutput`] for Burn's loss,
 //!   accuracy and perplexity metrics;
 //! - [`Mamba2Regressor`](crate::Mamba2Regressor) on a [`RegressionBatch`]: mean squared error of
 //!   the prediction at the last time step, output [`RegressionOutput`];
-//! - [`Mamba2Forecaster`](crate::Mamba2Forecaster) on a [`ForecastBatch`]: mean squared error
-//!   of the forecast horizon, output [`RegressionOutput`].
+//! - [`Mamba2Forecaster`](crate::Mamba2Forecaster) on a [`ForecastBatch`]: the batch's
+//!   [`ForecastLoss`] over the forecast horizon, output [`RegressionOutput`].
 //!
 //! [`train_lm`] and [`train_forecaster`] run a whole training with checkpoints, resume and
 //! artifacts.
@@ -42,6 +44,7 @@ pub use schedule::WarmupCosineLr;
 pub use stopping::{KeepBestAndLast, ValidLossStopping};
 
 use crate::activation::log_softmax;
+use burn::module::AutodiffModule;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
@@ -131,43 +134,7 @@ impl<B: Backend> Mamba2Lm<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for Mamba2Lm<B> {
-    type Input = LmBatch<B>;
-    type Output = SequenceOutput<B>;
 
-    fn step(&self, batch: LmBatch<B>) -> TrainOutput<SequenceOutput<B>> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            let output = self.forward_loss(&batch);
-            return TrainOutput::new(self, output.loss.backward(), output);
-        }
-        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
-            let output = model.forward_loss(&part);
-            (output.loss.clone(), output)
-        });
-        TrainOutput {
-            grads,
-            item: merge_sequence(loss, outputs),
-        }
-    }
-}
-
-impl<B: Backend> InferenceStep for Mamba2Lm<B> {
-    type Input = LmBatch<B>;
-    type Output = SequenceOutput<B>;
-
-    fn step(&self, batch: LmBatch<B>) -> SequenceOutput<B> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            return self.forward_loss(&batch);
-        }
-        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
-            let output = model.forward_loss(&part);
-            (output.loss.clone(), output)
-        });
-        merge_sequence(loss, outputs)
-    }
-}
 
 /// Cuts a batch whose loss is a mean over equal-sized rows (MSE) into at most `parts` slices of
 /// nearly equal rows, each weighted by its share of the rows.
@@ -190,31 +157,141 @@ fn row_parts<B: Backend, const DI: usize, const DT: usize, I>(
         .collect()
 }
 
-/// The batch's output from its slices' outputs (in slice order): `loss`, the slices' logits
-/// (detached) and targets concatenated.
-fn merge_sequence<B: Backend>(
-    loss: Tensor<B, 1>,
-    parts: Vec<SequenceOutput<B>>,
-) -> SequenceOutput<B> {
-    let (logits, targets): (Vec<_>, Vec<_>) = parts
-        .into_iter()
-        .map(|part| (part.logits.detach(), part.targets))
-        .unzip();
-    SequenceOutput::new(loss, Tensor::cat(logits, 0), None, Tensor::cat(targets, 0))
+/// A model that Burn's `Learner` trains on one kind of batch: the one training and inference
+/// step of this crate ([`train_step`], [`inference_step`]) runs any of them, on one thread or
+/// with the batch spread over the model's step threads.
+pub trait SupervisedModel<B: Backend> {
+    /// The batch the model learns from.
+    type Batch: Send;
+    /// The step's output: the loss and what Burn's metrics read.
+    type Output: StepOutput<B> + Send;
+
+    /// The batch's output, with its mean loss.
+    fn batch_output(&self, batch: &Self::Batch) -> Self::Output;
+
+    /// The batch cut into the slices the step runs on its threads (one slice: no threads),
+    /// each weighted by its share of the batch's mean loss.
+    fn split_batch(&self, batch: &Self::Batch) -> Vec<BatchPart<Self::Batch>>;
 }
 
-/// The batch's output from its slices' outputs (in slice order): `loss`, the slices' outputs
-/// (detached) and targets concatenated.
-fn merge_regression<B: Backend>(
-    loss: Tensor<B, 1>,
-    parts: Vec<RegressionOutput<B>>,
-) -> RegressionOutput<B> {
-    let (outputs, targets): (Vec<_>, Vec<_>) = parts
-        .into_iter()
-        .map(|part| (part.output.detach(), part.targets))
-        .unzip();
-    RegressionOutput::new(loss, Tensor::cat(outputs, 0), Tensor::cat(targets, 0))
+/// A step output made of slices: its loss, and the whole batch's output from its slices'.
+pub trait StepOutput<B: Backend>: Sized {
+    /// The mean loss `[1]`.
+    fn loss(&self) -> Tensor<B, 1>;
+
+    /// The batch's output from its slices' outputs (in slice order) and the batch's loss.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self;
 }
+
+impl<B: Backend> StepOutput<B> for SequenceOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+
+    /// The slices' logits (detached) and targets concatenated.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self {
+        let (logits, targets): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|part| (part.logits.detach(), part.targets))
+            .unzip();
+        SequenceOutput::new(loss, Tensor::cat(logits, 0), None, Tensor::cat(targets, 0))
+    }
+}
+
+impl<B: Backend> StepOutput<B> for RegressionOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+
+    /// The slices' outputs (detached) and targets concatenated.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self {
+        let (outputs, targets): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|part| (part.output.detach(), part.targets))
+            .unzip();
+        RegressionOutput::new(loss, Tensor::cat(outputs, 0), Tensor::cat(targets, 0))
+    }
+}
+
+/// The training step of every model of this crate: forward and backward of the batch, or of
+/// its slices on their threads with the gradients summed ([`parallel_backward`]).
+pub fn train_step<B, M>(model: &M, batch: M::Batch) -> TrainOutput<M::Output>
+where
+    B: AutodiffBackend,
+    M: SupervisedModel<B> + AutodiffModule<B> + Send,
+{
+    let parts = model.split_batch(&batch);
+    if parts.len() <= 1 {
+        let output = model.batch_output(&batch);
+        return TrainOutput::new(model, output.loss().backward(), output);
+    }
+    let (grads, loss, outputs) = parallel_backward(model, parts, |model, part| {
+        let output = model.batch_output(&part);
+        (output.loss(), output)
+    });
+    TrainOutput {
+        grads,
+        item: M::Output::merge(loss, outputs),
+    }
+}
+
+/// The inference (validation) step of every model of this crate: the batch's output, or its
+/// slices' on their threads ([`parallel_forward`]).
+pub fn inference_step<B, M>(model: &M, batch: M::Batch) -> M::Output
+where
+    B: Backend,
+    M: SupervisedModel<B> + Clone + Send,
+{
+    let parts = model.split_batch(&batch);
+    if parts.len() <= 1 {
+        return model.batch_output(&batch);
+    }
+    let (loss, outputs) = parallel_forward(model, parts, |model, part| {
+        let output = model.batch_output(&part);
+        (output.loss(), output)
+    });
+    M::Output::merge(loss, outputs)
+}
+
+/// `SupervisedModel`, `TrainStep` and `InferenceStep` for a model from its loss function.
+macro_rules! supervised {
+    ($model:ident, $batch:ident, $output:ident, $loss:ident) => {
+        impl<B: Backend> SupervisedModel<B> for $model<B> {
+            type Batch = $batch<B>;
+            type Output = $output<B>;
+
+            fn batch_output(&self, batch: &$batch<B>) -> $output<B> {
+                self.$loss(batch)
+            }
+
+            fn split_batch(&self, batch: &$batch<B>) -> Vec<BatchPart<$batch<B>>> {
+                batch.split(self.step_threads())
+            }
+        }
+
+        impl<B: AutodiffBackend> TrainStep for $model<B> {
+            type Input = $batch<B>;
+            type Output = $output<B>;
+
+            fn step(&self, batch: $batch<B>) -> TrainOutput<$output<B>> {
+                train_step(self, batch)
+            }
+        }
+
+        impl<B: Backend> InferenceStep for $model<B> {
+            type Input = $batch<B>;
+            type Output = $output<B>;
+
+            fn step(&self, batch: $batch<B>) -> $output<B> {
+                inference_step(self, batch)
+            }
+        }
+    };
+}
+
+supervised!(Mamba2Lm, LmBatch, SequenceOutput, forward_loss);
+supervised!(Mamba2Regressor, RegressionBatch, RegressionOutput, forward_regression);
+supervised!(Mamba2Forecaster, ForecastBatch, RegressionOutput, forward_forecast);
 
 /// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
 /// (Burn's `CrossEntropyLoss` with pad tokens divides by all positions instead).
@@ -281,43 +358,7 @@ impl<B: Backend> Mamba2Regressor<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for Mamba2Regressor<B> {
-    type Input = RegressionBatch<B>;
-    type Output = RegressionOutput<B>;
 
-    fn step(&self, batch: RegressionBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            let output = self.forward_regression(&batch);
-            return TrainOutput::new(self, output.loss.backward(), output);
-        }
-        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
-            let output = model.forward_regression(&part);
-            (output.loss.clone(), output)
-        });
-        TrainOutput {
-            grads,
-            item: merge_regression(loss, outputs),
-        }
-    }
-}
-
-impl<B: Backend> InferenceStep for Mamba2Regressor<B> {
-    type Input = RegressionBatch<B>;
-    type Output = RegressionOutput<B>;
-
-    fn step(&self, batch: RegressionBatch<B>) -> RegressionOutput<B> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            return self.forward_regression(&batch);
-        }
-        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
-            let output = model.forward_regression(&part);
-            (output.loss.clone(), output)
-        });
-        merge_regression(loss, outputs)
-    }
-}
 
 /// A batch of forecasting windows.
 #[derive(Clone, Debug)]
@@ -385,40 +426,4 @@ impl<B: Backend> Mamba2Forecaster<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for Mamba2Forecaster<B> {
-    type Input = ForecastBatch<B>;
-    type Output = RegressionOutput<B>;
 
-    fn step(&self, batch: ForecastBatch<B>) -> TrainOutput<RegressionOutput<B>> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            let output = self.forward_forecast(&batch);
-            return TrainOutput::new(self, output.loss.backward(), output);
-        }
-        let (grads, loss, outputs) = parallel_backward(self, parts, |model, part| {
-            let output = model.forward_forecast(&part);
-            (output.loss.clone(), output)
-        });
-        TrainOutput {
-            grads,
-            item: merge_regression(loss, outputs),
-        }
-    }
-}
-
-impl<B: Backend> InferenceStep for Mamba2Forecaster<B> {
-    type Input = ForecastBatch<B>;
-    type Output = RegressionOutput<B>;
-
-    fn step(&self, batch: ForecastBatch<B>) -> RegressionOutput<B> {
-        let parts = batch.split(self.step_threads());
-        if parts.len() <= 1 {
-            return self.forward_forecast(&batch);
-        }
-        let (loss, outputs) = parallel_forward(self, parts, |model, part| {
-            let output = model.forward_forecast(&part);
-            (output.loss.clone(), output)
-        });
-        merge_regression(loss, outputs)
-    }
-}
