@@ -479,3 +479,84 @@ fn own_records_round_trip() {
         Mamba2Error::File { .. }
     ));
 }
+
+/// A recorder killed midway through a save: the inner recorder writes its file, which is then
+/// cut to half its length, and the save fails, as a process stopped during the write leaves
+/// things.
+#[derive(Clone, Debug, Default)]
+struct DiesMidway;
+
+type Mpk = burn::record::NamedMpkFileRecorder<burn::record::FullPrecisionSettings>;
+
+impl<Bk: burn::tensor::backend::Backend> burn::record::Recorder<Bk> for DiesMidway {
+    type Settings = burn::record::FullPrecisionSettings;
+    type RecordArgs = PathBuf;
+    type RecordOutput = ();
+    type LoadArgs = PathBuf;
+
+    fn save_item<I: serde::Serialize>(
+        &self,
+        item: I,
+        file: PathBuf,
+    ) -> Result<(), burn::record::RecorderError> {
+        burn::record::Recorder::<Bk>::save_item(&Mpk::new(), item, file.clone())?;
+        let written = file.with_extension("mpk");
+        let len = std::fs::metadata(&written).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&written)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        Err(burn::record::RecorderError::Unknown("killed midway".into()))
+    }
+
+    fn load_item<I: serde::de::DeserializeOwned>(
+        &self,
+        file: &mut PathBuf,
+    ) -> Result<I, burn::record::RecorderError> {
+        burn::record::Recorder::<Bk>::load_item(&Mpk::new(), file)
+    }
+}
+
+impl<Bk: burn::tensor::backend::Backend> burn::record::FileRecorder<Bk> for DiesMidway {
+    fn file_extension() -> &'static str {
+        "mpk"
+    }
+}
+
+#[test]
+fn a_save_killed_midway_leaves_the_previous_checkpoint_intact() {
+    use burn::module::Module;
+    let _rng = common::seeded(23);
+    let mixer = Mamba2Config::new(16).with_d_state(8).with_headdim(8);
+    let config = Mamba2LmConfig::new(Mamba2BackboneConfig::new(1, mixer), 20);
+    let first = config.init::<B>(&dev()).unwrap();
+    let second = config.init::<B>(&dev()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    save_lm(&first, &config, dir.path()).unwrap();
+    let before = std::fs::read(dir.path().join("model.mpk")).unwrap();
+
+    // the second save, atomic as every save of this crate, dies halfway through its write
+    let err = second
+        .clone()
+        .save_file(dir.path().join("model"), &mamba2_burn::AtomicFileRecorder(DiesMidway))
+        .unwrap_err();
+    assert!(err.to_string().contains("killed midway"), "{err}");
+    // the same write without the atomic wrapper does leave a cut file: the test can fail
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::write(bare.path().join("model.mpk"), &before).unwrap();
+    assert!(second
+        .clone()
+        .save_file(bare.path().join("model"), &DiesMidway)
+        .is_err());
+    assert!(std::fs::read(bare.path().join("model.mpk")).unwrap().len() < before.len());
+
+    // the checkpoint is the first model's, byte for byte, and loads as it
+    assert_eq!(std::fs::read(dir.path().join("model.mpk")).unwrap(), before);
+    let loaded = load_lm::<B>(dir.path(), &dev()).unwrap();
+    let ids = Tensor::<B, 2, Int>::from_data([[1, 2, 3, 4]], &dev());
+    let (a, _) = first.forward(ids.clone(), None).unwrap();
+    let (b, _) = loaded.forward(ids, None).unwrap();
+    a.into_data().assert_eq(&b.into_data(), true);
+}
