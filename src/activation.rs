@@ -12,6 +12,12 @@ use crate::ssd::{cast_to, upcast};
 /// Above this, `softplus(x) = x` to within `2e-9` (the reference kernels' threshold).
 const SOFTPLUS_THRESHOLD: f64 = 20.0;
 
+/// [`softplus`] of one `f32` (the CPU step's), with the same threshold.
+pub(crate) fn softplus_f32(x: f32) -> f32 {
+    let t = SOFTPLUS_THRESHOLD as f32;
+    x.min(t).exp().ln_1p() + (x - t).max(0.0)
+}
+
 /// `softplus(x) = ln(1 + eˣ)`, as `ln(1 + e^min(x, 20)) + max(x - 20, 0)`: exact, never
 /// overflowing, with the exact derivative `sigmoid(x)` everywhere but at the single point
 /// `x = 20`.

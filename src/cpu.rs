@@ -21,7 +21,8 @@ use burn::tensor::{backend::Backend, Tensor};
 
 use crate::backbone::Mamba2Backbone;
 use crate::error::Mamba2Error;
-use crate::mixer::Mamba2;
+use crate::activation::softplus_f32;
+use crate::mixer::{DtLimit, Mamba2};
 use crate::norm::RmsNorm;
 
 /// Copies a tensor to a host `Vec<f32>`.
@@ -219,10 +220,7 @@ fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// As [`crate::activation::softplus`].
-fn softplus(x: f32) -> f32 {
-    x.min(20.0).exp().ln_1p() + (x - 20.0).max(0.0)
-}
+
 
 /// One [`Mamba2`] mixer on the host (see the module documentation).
 #[derive(Clone, Debug)]
@@ -245,7 +243,7 @@ pub struct CpuMixer {
     n: usize,
     g: usize,
     k: usize,
-    dt_limit: (f32, f32),
+    dt_limit: DtLimit,
 }
 
 /// The recurrent state of one sequence in one [`CpuMixer`], with its scratch space.
@@ -287,7 +285,10 @@ impl CpuMixer {
             n: m.d_state,
             g: m.ngroups,
             k: m.d_conv,
-            dt_limit: (m.dt_limit.0 as f32, m.dt_limit.1 as f32),
+            dt_limit: DtLimit {
+                min: m.dt_limit.0,
+                max: m.dt_limit.1,
+            },
         }
     }
 
@@ -354,13 +355,9 @@ impl CpuMixer {
         // SSM step per head, then the D skip
         let r = h / g;
         for hi in 0..h {
-            let mut dt = softplus(dt_raw[hi] + self.dt_bias[hi]);
-            let (lo, hi_lim) = self.dt_limit;
-            if hi_lim.is_finite() {
-                dt = dt.clamp(lo, hi_lim);
-            } else if lo > 0.0 {
-                dt = dt.max(lo);
-            }
+            let dt = self
+                .dt_limit
+                .clamp_f32(softplus_f32(dt_raw[hi] + self.dt_bias[hi]));
             let decay = (dt * self.a[hi]).exp();
             let xh = &xs[hi * p..(hi + 1) * p];
             for (t, v) in x_dt.iter_mut().zip(xh) {

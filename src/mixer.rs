@@ -37,6 +37,17 @@ impl DtLimit {
     pub fn is_active(&self) -> bool {
         self.min > 0.0 || self.max.is_finite()
     }
+
+    /// One `dt` clamped to the bounds (the CPU step's; the tensor path folds the clamp into
+    /// the softplus, `activation::softplus_clamped`).
+    pub(crate) fn clamp_f32(&self, dt: f32) -> f32 {
+        if self.is_active() {
+            // a validated limit has min < max (and `clamp` keeps a NaN a NaN)
+            dt.clamp(self.min as f32, self.max as f32)
+        } else {
+            dt
+        }
+    }
 }
 
 impl Default for DtLimit {
