@@ -768,9 +768,7 @@ impl<B: Backend> Mamba2<B> {
 
 impl<B: Backend> ModuleDisplay for Mamba2<B> {
     fn custom_settings(&self) -> Option<DisplaySettings> {
-        DisplaySettings::new()
-            .with_new_line_after_attribute(false)
-            .optional()
+        crate::norm::inline_display()
     }
 
     fn custom_content(&self, content: Content) -> Option<Content> {

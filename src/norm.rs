@@ -141,9 +141,7 @@ impl<B: Backend> RmsNormGated<B> {
 
 impl<B: Backend> ModuleDisplay for RmsNorm<B> {
     fn custom_settings(&self) -> Option<DisplaySettings> {
-        DisplaySettings::new()
-            .with_new_line_after_attribute(false)
-            .optional()
+        inline_display()
     }
 
     fn custom_content(&self, content: Content) -> Option<Content> {
@@ -157,9 +155,7 @@ impl<B: Backend> ModuleDisplay for RmsNorm<B> {
 
 impl<B: Backend> ModuleDisplay for RmsNormGated<B> {
     fn custom_settings(&self) -> Option<DisplaySettings> {
-        DisplaySettings::new()
-            .with_new_line_after_attribute(false)
-            .optional()
+        inline_display()
     }
 
     fn custom_content(&self, content: Content) -> Option<Content> {
@@ -171,4 +167,11 @@ impl<B: Backend> ModuleDisplay for RmsNormGated<B> {
             .add("norm_before_gate", &self.norm_before_gate)
             .optional()
     }
+}
+
+/// The display settings of this crate's modules: their sizes on one line, as burn-nn's.
+pub(crate) fn inline_display() -> Option<DisplaySettings> {
+    DisplaySettings::new()
+        .with_new_line_after_attribute(false)
+        .optional()
 }
