@@ -42,7 +42,6 @@ pub enum CheckpointFormat {
     Burn,
 }
 
-
 /// Hugging Face `Mamba2Config` fields; absent fields take transformers' defaults.
 #[derive(Deserialize)]
 struct HfConfig {
@@ -380,9 +379,7 @@ fn check_weights_fit(file: &Path, params: f64) -> Result<()> {
     if 2.0 * params > len as f64 {
         return Err(Mamba2Error::file(
             file,
-            format!(
-                "{len} bytes cannot hold the {params:.0} parameters that config.json declares"
-            ),
+            format!("{len} bytes cannot hold the {params:.0} parameters that config.json declares"),
         ));
     }
     Ok(())
@@ -410,7 +407,11 @@ fn lm_params(config: &Mamba2LmConfig) -> f64 {
     let multiple = config.pad_vocab_size_multiple.max(1) as f64;
     let vocab = (config.vocab_size as f64 / multiple).ceil() * multiple;
     let embedding = vocab * config.backbone.mixer.d_model as f64;
-    let head = if config.tie_embeddings { 0.0 } else { embedding };
+    let head = if config.tie_embeddings {
+        0.0
+    } else {
+        embedding
+    };
     backbone_params(&config.backbone) + embedding + head
 }
 

@@ -19,9 +19,9 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::activation::softplus_f32;
 use crate::backbone::Mamba2Backbone;
 use crate::error::Mamba2Error;
-use crate::activation::softplus_f32;
 use crate::mixer::{DtLimit, Mamba2};
 use crate::norm::RmsNorm;
 
@@ -219,8 +219,6 @@ fn sigmoid(x: f32) -> f32 {
 fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
-
-
 
 /// One [`Mamba2`] mixer on the host (see the module documentation).
 #[derive(Clone, Debug)]

@@ -179,7 +179,9 @@ impl Mamba2Config {
         let in_proj_weights = self.expand.checked_mul(self.d_model).and_then(|d_inner| {
             let bc = self.ngroups.checked_mul(self.d_state)?.checked_mul(2)?;
             let d_in_proj = d_inner.checked_mul(2)?.checked_add(bc)?;
-            d_in_proj.checked_add(d_inner / self.headdim)?.checked_mul(self.d_model)
+            d_in_proj
+                .checked_add(d_inner / self.headdim)?
+                .checked_mul(self.d_model)
         });
         if in_proj_weights.is_none() {
             return invalid(
@@ -800,7 +802,13 @@ mod tests {
             .init::<burn::backend::NdArray>(&device)
             .unwrap();
         let text = mixer.to_string();
-        for part in ["d_model: 32", "d_inner: 64", "d_state: 8", "nheads: 4", "headdim: 16"] {
+        for part in [
+            "d_model: 32",
+            "d_inner: 64",
+            "d_state: 8",
+            "nheads: 4",
+            "headdim: 16",
+        ] {
             assert!(text.contains(part), "{part} missing from {text}");
         }
         let params = mixer.num_params();

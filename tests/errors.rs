@@ -397,7 +397,10 @@ fn broken_checkpoints_are_errors() {
     // a config that describes no buildable model names the file and the field
     match read_config(empty.path()).unwrap_err() {
         Mamba2Error::ConfigFile { file, field, .. } => {
-            assert_eq!((file, field), (empty.path().join("config.json"), "num_heads"));
+            assert_eq!(
+                (file, field),
+                (empty.path().join("config.json"), "num_heads")
+            );
         }
         other => panic!("expected ConfigFile, got {other:?}"),
     }
@@ -540,7 +543,10 @@ fn a_save_killed_midway_leaves_the_previous_checkpoint_intact() {
     // the second save, atomic as every save of this crate, dies halfway through its write
     let err = second
         .clone()
-        .save_file(dir.path().join("model"), &mamba2_burn::AtomicFileRecorder(DiesMidway))
+        .save_file(
+            dir.path().join("model"),
+            &mamba2_burn::AtomicFileRecorder(DiesMidway),
+        )
         .unwrap_err();
     assert!(err.to_string().contains("killed midway"), "{err}");
     // the same write without the atomic wrapper does leave a cut file: the test can fail

@@ -161,7 +161,10 @@ fn mutated_configs_are_read_or_refused_naming_the_file() {
     println!("config.json: read {read:?}; loaded {loads:?}");
     assert_eq!(read.inputs, CONFIG_INPUTS);
     // the unmutated files read, and the mutations are not all refused or all accepted
-    assert!(read.accepted >= bases.len() && read.refused > CONFIG_INPUTS / 4, "{read:?}");
+    assert!(
+        read.accepted >= bases.len() && read.refused > CONFIG_INPUTS / 4,
+        "{read:?}"
+    );
     assert!(loads.accepted >= 1 && loads.refused >= 1, "{loads:?}");
 }
 
@@ -188,7 +191,9 @@ fn mutate_header(rng: &mut StdRng, file: &[u8]) -> Vec<u8> {
             prefix = (*[v, *INTEGERS.choose(rng).unwrap()].choose(rng).unwrap()).to_le_bytes();
         }
         1 => {
-            let dtypes = ["F64", "F16", "BF16", "I64", "I32", "U8", "BOOL", "F8_E4M3", "XYZ"];
+            let dtypes = [
+                "F64", "F16", "BF16", "I64", "I32", "U8", "BOOL", "F8_E4M3", "XYZ",
+            ];
             tensor["dtype"] = (*dtypes.choose(rng).unwrap()).into();
         }
         2 => {
@@ -247,13 +252,21 @@ fn mutated_safetensors_load_or_are_refused_naming_the_file() {
         };
         let file = dir.path().join("model.safetensors");
         std::fs::write(&file, &bytes).unwrap();
-        check(&mut tally, "model.safetensors", i, &file, bytes.len(), || {
-            load_lm::<B>(dir.path(), &Default::default())
-        });
+        check(
+            &mut tally,
+            "model.safetensors",
+            i,
+            &file,
+            bytes.len(),
+            || load_lm::<B>(dir.path(), &Default::default()),
+        );
     }
     println!("model.safetensors: {tally:?}");
     assert_eq!(tally.inputs, SAFETENSORS_INPUTS);
-    assert!(tally.accepted >= cases.len() && tally.refused > SAFETENSORS_INPUTS / 4, "{tally:?}");
+    assert!(
+        tally.accepted >= cases.len() && tally.refused > SAFETENSORS_INPUTS / 4,
+        "{tally:?}"
+    );
 }
 
 /// A CSV file like the ETT data: a date column, then four numeric columns, 60 rows.
@@ -292,11 +305,17 @@ fn mutated_csv_files_read_or_are_refused_naming_the_file() {
             TimeSeries::from_csv(&file)
         }) {
             // what reads is whole: every row has every column, every value is finite
-            assert!(series.values.iter().all(|row| row.len() == series.columns.len()));
+            assert!(series
+                .values
+                .iter()
+                .all(|row| row.len() == series.columns.len()));
             assert!(series.values.iter().flatten().all(|v| v.is_finite()));
         }
     }
     println!("CSV: {tally:?}");
     assert_eq!(tally.inputs, CSV_INPUTS);
-    assert!(tally.accepted >= 1 && tally.refused > CSV_INPUTS / 4, "{tally:?}");
+    assert!(
+        tally.accepted >= 1 && tally.refused > CSV_INPUTS / 4,
+        "{tally:?}"
+    );
 }

@@ -366,10 +366,30 @@ fn mutated_dbn_files_decode_or_are_refused_naming_the_file() {
         .map(|k| bar(3, k * SEC, 100.0 + k as f64, 102.0 + k as f64, 99.0, 10))
         .collect();
     let bases = [
-        ("mbp.dbn", make("b0", &|p| write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::None))),
-        ("mbp.dbn.zst", make("b1", &|p| write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::Zstd))),
-        ("trades.dbn", make("b2", &|p| write_dbn(p, Some(Schema::Trades), &trades, Compression::None))),
-        ("bars.dbn", make("b3", &|p| write_dbn(p, Some(Schema::Ohlcv1S), &bars, Compression::None))),
+        (
+            "mbp.dbn",
+            make("b0", &|p| {
+                write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::None)
+            }),
+        ),
+        (
+            "mbp.dbn.zst",
+            make("b1", &|p| {
+                write_dbn(p, Some(Schema::Mbp1), &mbp_records(), Compression::Zstd)
+            }),
+        ),
+        (
+            "trades.dbn",
+            make("b2", &|p| {
+                write_dbn(p, Some(Schema::Trades), &trades, Compression::None)
+            }),
+        ),
+        (
+            "bars.dbn",
+            make("b3", &|p| {
+                write_dbn(p, Some(Schema::Ohlcv1S), &bars, Compression::None)
+            }),
+        ),
     ];
     let mut rng = StdRng::seed_from_u64(31);
     let (mut accepted, mut refused) = (0, 0);

@@ -88,7 +88,6 @@ fn price(p: i64) -> Option<f64> {
     (p != UNDEF_PRICE && p > 0).then(|| p as f64 / dbn::FIXED_PRICE_SCALE as f64)
 }
 
-
 /// The record types a file of `schema` may hold: its own, and the control records (symbol
 /// mappings, system and error messages).
 fn allowed_rtypes(schema: Schema) -> &'static [u8] {
@@ -121,7 +120,9 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
     dbn::decode::DynReader::from_file(path)
         .map_err(|e| Mamba2Error::file(path, format!("not a readable DBN file: {e}")))?
         .read_to_end(&mut bytes)
-        .map_err(|e| Mamba2Error::file(path, format!("corrupt or truncated compressed stream: {e}")))?;
+        .map_err(|e| {
+            Mamba2Error::file(path, format!("corrupt or truncated compressed stream: {e}"))
+        })?;
     if bytes.len() < 8 || &bytes[..3] != b"DBN" {
         return Err(Mamba2Error::file(path, "not a DBN file (no DBN header)"));
     }

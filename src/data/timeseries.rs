@@ -24,14 +24,13 @@ pub struct TimeSeries {
     pub values: Vec<Vec<f32>>,
 }
 
-
 impl TimeSeries {
     /// Reads a CSV file with a header row. The first column is the timestamp; every other
     /// column must hold a number in every row.
     #[cfg(feature = "timeseries")]
     pub fn from_csv(path: &Path) -> crate::Result<Self> {
-        let file =
-            std::fs::File::open(path).map_err(|e| Mamba2Error::file(path, format!("cannot open: {e}")))?;
+        let file = std::fs::File::open(path)
+            .map_err(|e| Mamba2Error::file(path, format!("cannot open: {e}")))?;
         Self::from_reader(file, path)
     }
 
@@ -59,7 +58,8 @@ impl TimeSeries {
         let (mut timestamps, mut values) = (Vec::new(), Vec::new());
         for (i, record) in csv.records().enumerate() {
             let line = i + 2;
-            let record = record.map_err(|e| Mamba2Error::file(source, format!("line {line}: {e}")))?;
+            let record =
+                record.map_err(|e| Mamba2Error::file(source, format!("line {line}: {e}")))?;
             if record.len() != header.len() {
                 return Err(Mamba2Error::file(
                     source,

@@ -15,8 +15,8 @@ use burn::train::{Learner, SupervisedTraining};
 use super::runner::{best_valid_epoch, finish_run, loaders, plain_progress, prepare_run};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use super::{
-    ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard,
-    PlainProgress, ProgressMode, WarmupCosineLr,
+    ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress,
+    ProgressMode, WarmupCosineLr,
 };
 use crate::checkpoint::{load_module_record, save_config, save_record};
 use crate::data::timeseries::{WindowBatcher, WindowItem};
@@ -183,7 +183,10 @@ pub fn load_forecaster<B: Backend>(
     }
     let config_file = dir.join("config.json");
     let config = Mamba2ForecasterConfig::load(&config_file).map_err(|e| {
-        Mamba2Error::file(&config_file, format!("not a readable forecaster config: {e}"))
+        Mamba2Error::file(
+            &config_file,
+            format!("not a readable forecaster config: {e}"),
+        )
     })?;
     let model = config.init::<B>(device)?;
     let model = load_module_record(model, dir.join("model"), device)?;

@@ -134,8 +134,6 @@ impl<B: Backend> Mamba2Lm<B> {
     }
 }
 
-
-
 /// Cuts a batch whose loss is a mean over equal-sized rows (MSE) into at most `parts` slices of
 /// nearly equal rows, each weighted by its share of the rows.
 fn row_parts<B: Backend, const DI: usize, const DT: usize, I>(
@@ -290,8 +288,18 @@ macro_rules! supervised {
 }
 
 supervised!(Mamba2Lm, LmBatch, SequenceOutput, forward_loss);
-supervised!(Mamba2Regressor, RegressionBatch, RegressionOutput, forward_regression);
-supervised!(Mamba2Forecaster, ForecastBatch, RegressionOutput, forward_forecast);
+supervised!(
+    Mamba2Regressor,
+    RegressionBatch,
+    RegressionOutput,
+    forward_regression
+);
+supervised!(
+    Mamba2Forecaster,
+    ForecastBatch,
+    RegressionOutput,
+    forward_forecast
+);
 
 /// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
 /// (Burn's `CrossEntropyLoss` with pad tokens divides by all positions instead).
@@ -358,8 +366,6 @@ impl<B: Backend> Mamba2Regressor<B> {
     }
 }
 
-
-
 /// A batch of forecasting windows.
 #[derive(Clone, Debug)]
 pub struct ForecastBatch<B: Backend> {
@@ -425,5 +431,3 @@ impl<B: Backend> Mamba2Forecaster<B> {
         RegressionOutput::new(loss, output, targets)
     }
 }
-
-

@@ -13,9 +13,7 @@ use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
 use burn::train::{Learner, SupervisedTraining};
 
-use super::{
-    Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr,
-};
+use super::{Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr};
 use crate::checkpoint::save_lm;
 use crate::data::loader::{BucketKey, EpochLoader};
 use crate::data::{SequenceBatcher, SequenceItem};
@@ -66,7 +64,6 @@ pub enum ProgressMode {
     /// Plain lines.
     Plain,
 }
-
 
 /// The epochs that have a complete checkpoint (model, optimizer and scheduler) in `dir`.
 pub fn checkpoint_epochs(dir: &Path) -> Vec<usize> {

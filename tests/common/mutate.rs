@@ -159,7 +159,8 @@ pub fn mutate_number(rng: &mut StdRng, text: &str) -> String {
     while i < bytes.len() {
         if bytes[i].is_ascii_digit() {
             let start = i;
-            while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+            while i < bytes.len()
+                && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
             {
                 i += 1;
             }
@@ -171,5 +172,10 @@ pub fn mutate_number(rng: &mut StdRng, text: &str) -> String {
     let Some(&(start, end)) = spans.choose(rng) else {
         return text.to_string();
     };
-    format!("{}{}{}", &text[..start], TOKENS.choose(rng).unwrap(), &text[end..])
+    format!(
+        "{}{}{}",
+        &text[..start],
+        TOKENS.choose(rng).unwrap(),
+        &text[end..]
+    )
 }
