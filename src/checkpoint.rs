@@ -326,8 +326,7 @@ pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
 }
 
 fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
-    let file = file.to_path_buf();
-    let text = std::fs::read_to_string(&file).map_err(|e| Mamba2Error::file(&file, e))?;
+    let text = std::fs::read_to_string(file).map_err(|e| Mamba2Error::file(file, e))?;
     let value: serde_json::Value = json5::from_str(&text)
         .map_err(|e| Mamba2Error::file(&file, format!("not valid JSON: {e}")))?;
     let has = |key: &str| value.get(key).is_some();
@@ -481,9 +480,7 @@ fn load_safetensors<B: Backend, M: Module<B>>(
     source: impl Fn(&str) -> Source,
     ignorable: impl Fn(&str) -> bool,
 ) -> Result<M> {
-    if !file.is_file() {
-        return Err(Mamba2Error::file(file, "no such file"));
-    }
+    // the callers have checked that the file exists and fits the model (`check_weights_fit`)
     let mut store = SafetensorsStore::from_file(file);
     let tensors = store
         .get_all_snapshots()

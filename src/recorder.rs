@@ -2,7 +2,8 @@
 //! so that an interrupted write never leaves a truncated checkpoint behind.
 //!
 //! Its conversion of a record (the reads from the device) and the training optimizer's step
-//! (`train::Mamba2Optimizer`, feature `train`) exclude each other. Burn's `Learner` saves checkpoints on threads of its own while training goes on,
+//! (`train::Mamba2Optimizer`, feature `train`) exclude each other. Burn's `Learner` saves
+//! checkpoints on threads of its own while training goes on,
 //! and burn-fusion 0.21 (`Wgpu`, `Cuda`) decides from a tensor's reference count, before its
 //! request reaches the device, whether a read or an operation may free the tensor. When the
 //! training thread gives up its last reference to a recorded parameter or moment (in the

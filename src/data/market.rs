@@ -103,6 +103,13 @@ fn allowed_rtypes(schema: Schema) -> &'static [u8] {
     }
 }
 
+/// Whether `record` is a `T` whose declared length is shorter than `T`.
+fn shorter_than_its_type<T: dbn::HasRType<Header = dbn::RecordHeader>>(
+    record: &dbn::RecordRef,
+) -> bool {
+    record.has::<T>() && record.header().record_size() < std::mem::size_of::<T>()
+}
+
 /// The records of one DBN file, as `(instrument_id, ts_event, event)`, and its schema.
 ///
 /// The whole (decompressed) stream is read first, so that a file cut inside a record is
@@ -174,17 +181,16 @@ fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
         // a record shorter than its type (a corrupt length byte) is refused here: the dbn
         // crate's typed access asserts on it
         let size = header.record_size();
-        let short = |needed: usize| size < needed;
-        if (record.has::<Mbp1Msg>() && short(std::mem::size_of::<Mbp1Msg>()))
-            || (record.has::<TradeMsg>() && short(std::mem::size_of::<TradeMsg>()))
-            || (record.has::<OhlcvMsg>() && short(std::mem::size_of::<OhlcvMsg>()))
+        if shorter_than_its_type::<Mbp1Msg>(&record)
+            || shorter_than_its_type::<TradeMsg>(&record)
+            || shorter_than_its_type::<OhlcvMsg>(&record)
         {
             return Err(Mamba2Error::file(
                 path,
                 format!("corrupt: record {count} ({schema}) declares {size} bytes, too few"),
             ));
         }
-        consumed += header.record_size();
+        consumed += size;
         count += 1;
         let (id, ts) = (header.instrument_id, header.ts_event);
         if let Some(m) = record.get::<Mbp1Msg>() {
