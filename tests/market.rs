@@ -392,7 +392,7 @@ fn mutated_dbn_files_decode_or_are_refused_naming_the_file() {
         ),
     ];
     let mut rng = StdRng::seed_from_u64(31);
-    let (mut accepted, mut refused) = (0, 0);
+    let mut tally = mutate::Tally::default();
     for i in 0..DBN_INPUTS {
         let (name, base) = &bases[i % bases.len()];
         let bytes = if i < bases.len() {
@@ -402,27 +402,14 @@ fn mutated_dbn_files_decode_or_are_refused_naming_the_file() {
         };
         let path = dir.path().join(name);
         std::fs::write(&path, &bytes).unwrap();
-        let (result, largest) = mutate::largest_allocation(|| {
-            std::panic::catch_unwind(|| market_series(std::slice::from_ref(&path), 3600 * SEC))
+        mutate::check(&mut tally, "DBN", i, &[name], 256 << 20, || {
+            market_series(std::slice::from_ref(&path), 3600 * SEC)
         });
-        assert!(
-            largest <= 256 << 20,
-            "DBN input {i} ({name}): an allocation of {largest} bytes for a {}-byte file",
-            bytes.len()
-        );
-        match result {
-            Err(_) => panic!("DBN input {i} ({name}) panicked"),
-            Ok(Ok(_)) => accepted += 1,
-            Ok(Err(e)) => {
-                let message = e.to_string();
-                assert!(
-                    message.contains(name),
-                    "DBN input {i}: the error does not name {name}: {message}"
-                );
-                refused += 1;
-            }
-        }
     }
-    println!("DBN: {DBN_INPUTS} inputs, {accepted} decoded, {refused} refused");
-    assert!(accepted >= bases.len() && refused > DBN_INPUTS / 4);
+    println!("DBN: {tally:?}");
+    assert_eq!(tally.inputs, DBN_INPUTS);
+    assert!(
+        tally.accepted >= bases.len() && tally.refused > DBN_INPUTS / 4,
+        "{tally:?}"
+    );
 }

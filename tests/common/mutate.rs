@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::StdRng;
@@ -178,4 +179,53 @@ pub fn mutate_number(rng: &mut StdRng, text: &str) -> String {
         TOKENS.choose(rng).unwrap(),
         &text[end..]
     )
+}
+
+/// What a run of one target saw.
+#[derive(Default, Debug)]
+pub struct Tally {
+    pub inputs: usize,
+    pub accepted: usize,
+    pub refused: usize,
+}
+
+/// Runs `load` on input `index` of `target`: it must return, not panic; an error must name one
+/// of the files `names`; no single allocation may exceed `bound` bytes.
+pub fn check<T, E: std::fmt::Display>(
+    tally: &mut Tally,
+    target: &str,
+    index: usize,
+    names: &[&str],
+    bound: usize,
+    load: impl FnOnce() -> Result<T, E>,
+) -> Option<T> {
+    let (result, largest) = largest_allocation(|| catch_unwind(AssertUnwindSafe(load)));
+    assert!(
+        largest <= bound,
+        "{target} input {index}: an allocation of {largest} bytes (at most {bound})"
+    );
+    tally.inputs += 1;
+    match result {
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("{target} input {index} panicked: {message}");
+        }
+        Ok(Ok(value)) => {
+            tally.accepted += 1;
+            Some(value)
+        }
+        Ok(Err(e)) => {
+            let message = e.to_string();
+            assert!(
+                names.iter().any(|name| message.contains(name)),
+                "{target} input {index}: the error names none of {names:?}: {message}"
+            );
+            tally.refused += 1;
+            None
+        }
+    }
 }
