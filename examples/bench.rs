@@ -18,8 +18,8 @@
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
-//! cores on the cpu, 1 on a GPU), as the training steps of `Mamba2Lm` and the others do with
-//! `with_step_threads`.
+//! cores on the cpu, 1 on a GPU), as the training steps of the models do under
+//! `train::Threaded`.
 //!
 //! `--device wgpu` / `--device cuda` run the same modes on Burn's GPU backends (built with the
 //! cargo features of those names); `--preset 130m` is the shape of mamba2-130m with its

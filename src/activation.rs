@@ -22,7 +22,7 @@ pub(crate) fn softplus_f32(x: f32) -> f32 {
 /// overflowing, with the exact derivative `sigmoid(x)` everywhere but at the single point
 /// `x = 20`.
 ///
-/// With autodiff the derivative is supplied as `sigmoid(x)` ([`with_derivative`]) instead of
+/// With autodiff the derivative is supplied as `sigmoid(x)` (`with_derivative`) instead of
 /// being left to the backward of `log1p`, which multiplies by `recip(1 + eˣ)`: burn-ndarray
 /// computes `recip` with the approximate SIMD reciprocal (12 bits with AVX2, 14 with AVX-512),
 /// and every gradient that flows through `dt` (`dt_bias`, `A_log`, the dt columns of in_proj)
@@ -52,7 +52,7 @@ fn softplus_value<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// `min ≤ softplus(x) ≤ max` and 0 elsewhere (PyTorch's clamp lets the gradient through at the
 /// bounds too).
 ///
-/// The derivative is supplied whole ([`with_derivative`]), as for [`softplus`]: the clamp's
+/// The derivative is supplied whole (`with_derivative`), as for [`softplus`]: the clamp's
 /// mask is folded into it instead of going through the backward of Burn's `clamp` (a
 /// `mask_fill` per bound), so the clamped `dt` costs no more graph than the plain one.
 ///
@@ -83,7 +83,7 @@ pub fn softplus_clamped<B: Backend, const D: usize>(
 ///
 /// Burn's `log_softmax` takes the log of the row sums, whose backward multiplies by their
 /// `recip` (approximate on burn-ndarray, see [`softplus`]). Here the log-sum-exp gets its
-/// derivative, the softmax `exp(x - lse)`, supplied directly ([`with_derivative`]), so the
+/// derivative, the softmax `exp(x - lse)`, supplied directly (`with_derivative`), so the
 /// gradient involves no reciprocal at all.
 ///
 /// # Shapes

@@ -203,15 +203,6 @@ mod kernels {
     }
 }
 
-/// `x · (mean(x²) + eps)^(-1/2) · w`, in place.
-fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ms + eps).sqrt();
-    for (v, w) in x.iter_mut().zip(weight) {
-        *v = *v * inv * w;
-    }
-}
-
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
@@ -220,28 +211,209 @@ fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// One [`Mamba2`] mixer on the host (see the module documentation).
+/// An RMSNorm on the host: `x · (mean(x²) + eps)^(-1/2) · weight`.
 #[derive(Clone, Debug)]
-pub struct CpuMixer {
-    in_proj: CpuLinear,
-    /// `[conv_dim, k]`
-    conv_weight: Vec<f32>,
-    conv_bias: Option<Vec<f32>>,
+struct CpuRmsNorm {
+    weight: Vec<f32>,
+    eps: f32,
+}
+
+impl CpuRmsNorm {
+    fn from_norm<B: Backend>(norm: &RmsNorm<B>) -> Self {
+        Self {
+            weight: host_param(&norm.weight),
+            eps: norm.eps as f32,
+        }
+    }
+
+    /// Normalises `x` in place (`x` as wide as the weight, or one group of it: `weight`).
+    fn apply(x: &mut [f32], weight: &[f32], eps: f32) {
+        let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for (v, w) in x.iter_mut().zip(weight) {
+            *v = *v * inv * w;
+        }
+    }
+
+    fn forward_in_place(&self, x: &mut [f32]) {
+        Self::apply(x, &self.weight, self.eps);
+    }
+}
+
+/// The mixer's output gate on the host: `y · silu(z)`, with the gated RMSNorm (per group of
+/// `group_size` channels, before or after the gate) when the mixer has one.
+#[derive(Clone, Debug)]
+struct CpuGate {
+    /// The gated norm's weight `[d_inner]` (`None`: the gate alone).
+    norm_weight: Option<Vec<f32>>,
+    group_size: usize,
+    eps: f32,
+    norm_before_gate: bool,
+}
+
+impl CpuGate {
+    fn from_mixer<B: Backend>(m: &Mamba2<B>) -> Self {
+        match &m.norm {
+            Some(norm) => Self {
+                norm_weight: Some(host_param(&norm.weight)),
+                group_size: norm.group_size,
+                eps: norm.eps as f32,
+                norm_before_gate: norm.norm_before_gate,
+            },
+            None => Self {
+                norm_weight: None,
+                group_size: m.d_inner,
+                eps: 0.0,
+                norm_before_gate: false,
+            },
+        }
+    }
+
+    /// # Shapes
+    /// - y: `[d_inner]` (gated in place), z: `[d_inner]`
+    fn forward_in_place(&self, y: &mut [f32], z: &[f32]) {
+        let gate = |y: &mut [f32]| {
+            for (yv, zv) in y.iter_mut().zip(z) {
+                *yv *= silu(*zv);
+            }
+        };
+        let Some(weight) = &self.norm_weight else {
+            return gate(y);
+        };
+        let norm = |y: &mut [f32]| {
+            for (yg, wg) in y
+                .chunks_mut(self.group_size)
+                .zip(weight.chunks(self.group_size))
+            {
+                CpuRmsNorm::apply(yg, wg, self.eps);
+            }
+        };
+        if self.norm_before_gate {
+            norm(y);
+            gate(y);
+        } else {
+            gate(y);
+            norm(y);
+        }
+    }
+}
+
+/// The depthwise causal convolution on the host, one column at a time.
+#[derive(Clone, Debug)]
+struct CpuConv {
+    /// `[channels, k]`
+    weight: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    k: usize,
+}
+
+impl CpuConv {
+    /// Shifts `raw` into each channel's window of the last `k` inputs and writes
+    /// `silu(conv(window))`.
+    ///
+    /// # Shapes
+    /// - window: `[channels, k]` (oldest first), raw: `[channels]`, out: `[channels]`
+    fn step(&self, window: &mut [f32], raw: &[f32], out: &mut [f32]) {
+        let k = self.k;
+        for (c, (&x, o)) in raw.iter().zip(out.iter_mut()).enumerate() {
+            let taps = &mut window[c * k..(c + 1) * k];
+            taps.copy_within(1.., 0);
+            taps[k - 1] = x;
+            let w = &self.weight[c * k..(c + 1) * k];
+            let mut acc = self.bias.as_ref().map_or(0.0, |b| b[c]);
+            for (wv, xv) in w.iter().zip(taps.iter()) {
+                acc += wv * xv;
+            }
+            *o = silu(acc);
+        }
+    }
+}
+
+/// The SSM of one mixer on the host: per head, `dt` from its raw value, the decay
+/// `exp(dt · A)`, the state update and readout, and the `D` skip.
+#[derive(Clone, Debug)]
+struct CpuSsm {
     dt_bias: Vec<f32>,
+    dt_limit: DtLimit,
     /// `A = -exp(A_log)`, `[h]`
     a: Vec<f32>,
     /// `[h]` or `[h·p]`
     d: Vec<f32>,
-    /// gated norm weight `[d_inner]`, group size, eps, norm before gate
-    norm: Option<(Vec<f32>, usize, f32, bool)>,
-    out_proj: CpuLinear,
-    d_inner: usize,
     h: usize,
     p: usize,
     n: usize,
     g: usize,
-    k: usize,
-    dt_limit: DtLimit,
+}
+
+impl CpuSsm {
+    /// `dt = clamp(softplus(dt_raw + dt_bias))` of head `hi`.
+    fn dt(&self, dt_raw: &[f32], hi: usize) -> f32 {
+        self.dt_limit
+            .clamp_f32(softplus_f32(dt_raw[hi] + self.dt_bias[hi]))
+    }
+
+    /// `y += x · D` for head `hi`.
+    fn skip(&self, hi: usize, x: &[f32], y: &mut [f32]) {
+        if self.d.len() == self.h {
+            let d = self.d[hi];
+            for (yv, xv) in y.iter_mut().zip(x) {
+                *yv += xv * d;
+            }
+        } else {
+            let p = self.p;
+            for ((yv, xv), d) in y.iter_mut().zip(x).zip(&self.d[hi * p..(hi + 1) * p]) {
+                *yv += xv * d;
+            }
+        }
+    }
+
+    /// One token: updates `ssm` and writes `y` (with the skip); `x_dt` is scratch `[p]`.
+    ///
+    /// # Shapes
+    /// - x: `[h·p]`, b_mat and c_mat: `[g·n]`, dt_raw: `[h]`, ssm: `[h, p, n]`, y: `[h·p]`
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        x: &[f32],
+        b_mat: &[f32],
+        c_mat: &[f32],
+        dt_raw: &[f32],
+        ssm: &mut [f32],
+        x_dt: &mut [f32],
+        y: &mut [f32],
+    ) {
+        let (p, n) = (self.p, self.n);
+        let r = self.h / self.g; // heads per group
+        for hi in 0..self.h {
+            let dt = self.dt(dt_raw, hi);
+            let xh = &x[hi * p..(hi + 1) * p];
+            for (t, v) in x_dt.iter_mut().zip(xh) {
+                *t = v * dt;
+            }
+            let group = (hi / r) * n..(hi / r + 1) * n;
+            let yh = &mut y[hi * p..(hi + 1) * p];
+            kernels::ssm_head(
+                &mut ssm[hi * p * n..(hi + 1) * p * n],
+                (dt * self.a[hi]).exp(),
+                x_dt,
+                &b_mat[group.clone()],
+                &c_mat[group],
+                yh,
+            );
+            self.skip(hi, xh, yh);
+        }
+    }
+}
+
+/// One [`Mamba2`] mixer on the host (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct CpuMixer {
+    in_proj: CpuLinear,
+    conv: CpuConv,
+    ssm: CpuSsm,
+    gate: CpuGate,
+    out_proj: CpuLinear,
+    d_inner: usize,
 }
 
 /// The recurrent state of one sequence in one [`CpuMixer`], with its scratch space.
@@ -263,45 +435,43 @@ impl CpuMixer {
         let conv_dim = m.conv_dim();
         Self {
             in_proj: CpuLinear::from_linear(&m.in_proj),
-            conv_weight: host(m.conv1d.weight.val().reshape([conv_dim * m.d_conv])),
-            conv_bias: m.conv1d.bias.as_ref().map(host_param),
-            dt_bias: host_param(&m.dt_bias),
-            a: host_param(&m.a_log).iter().map(|v| -v.exp()).collect(),
-            d: host_param(&m.d),
-            norm: m.norm.as_ref().map(|norm| {
-                (
-                    host_param(&norm.weight),
-                    norm.group_size,
-                    norm.eps as f32,
-                    norm.norm_before_gate,
-                )
-            }),
+            conv: CpuConv {
+                weight: host(m.conv1d.weight.val().reshape([conv_dim * m.d_conv])),
+                bias: m.conv1d.bias.as_ref().map(host_param),
+                k: m.d_conv,
+            },
+            ssm: CpuSsm {
+                dt_bias: host_param(&m.dt_bias),
+                dt_limit: DtLimit {
+                    min: m.dt_limit.0,
+                    max: m.dt_limit.1,
+                },
+                a: host_param(&m.a_log).iter().map(|v| -v.exp()).collect(),
+                d: host_param(&m.d),
+                h: m.nheads,
+                p: m.headdim,
+                n: m.d_state,
+                g: m.ngroups,
+            },
+            gate: CpuGate::from_mixer(m),
             out_proj: CpuLinear::from_linear(&m.out_proj),
             d_inner: m.d_inner,
-            h: m.nheads,
-            p: m.headdim,
-            n: m.d_state,
-            g: m.ngroups,
-            k: m.d_conv,
-            dt_limit: DtLimit {
-                min: m.dt_limit.0,
-                max: m.dt_limit.1,
-            },
         }
     }
 
     fn conv_dim(&self) -> usize {
-        self.d_inner + 2 * self.g * self.n
+        self.d_inner + 2 * self.ssm.g * self.ssm.n
     }
 
     /// The all-zero state of a fresh sequence.
     pub fn zero_state(&self) -> CpuMixerState {
+        let ssm = &self.ssm;
         CpuMixerState {
-            conv: vec![0.0; self.conv_dim() * self.k],
-            ssm: vec![0.0; self.h * self.p * self.n],
+            conv: vec![0.0; self.conv_dim() * self.conv.k],
+            ssm: vec![0.0; ssm.h * ssm.p * ssm.n],
             zxbcdt: vec![0.0; self.in_proj.d_out],
             xbc: vec![0.0; self.conv_dim()],
-            x_dt: vec![0.0; self.p],
+            x_dt: vec![0.0; ssm.p],
             y: vec![0.0; self.d_inner],
         }
     }
@@ -314,13 +484,13 @@ impl CpuMixer {
         out
     }
 
-    /// One token: `out = mixer(x)`, updating `state`.
+    /// One token: `out = mixer(x)`, updating `state`: the input projection to
+    /// `[z | xBC | dt]`, the convolution step on `xBC`, the SSM step, the gate, the output
+    /// projection.
     ///
     /// # Shapes
     /// - x: `[d_model]`, out: `[d_model]`
     pub fn step(&self, x: &[f32], state: &mut CpuMixerState, out: &mut [f32]) {
-        let (d_inner, h, p, n, g, k) = (self.d_inner, self.h, self.p, self.n, self.g, self.k);
-        let conv_dim = self.conv_dim();
         let CpuMixerState {
             conv,
             ssm,
@@ -329,94 +499,30 @@ impl CpuMixer {
             x_dt,
             y,
         } = state;
-
-        // in_proj: [z | xBC | dt]
         self.in_proj.forward(x, zxbcdt);
-        let (z, rest) = zxbcdt.split_at(d_inner);
-        let (raw, dt_raw) = rest.split_at(conv_dim);
-
-        // depthwise causal convolution over the shifted window, then SiLU
-        for c in 0..conv_dim {
-            let window = &mut conv[c * k..(c + 1) * k];
-            window.copy_within(1.., 0);
-            window[k - 1] = raw[c];
-            let w = &self.conv_weight[c * k..(c + 1) * k];
-            let mut acc = self.conv_bias.as_ref().map_or(0.0, |b| b[c]);
-            for (wv, xv) in w.iter().zip(window.iter()) {
-                acc += wv * xv;
-            }
-            xbc[c] = silu(acc);
-        }
-        let (xs, bc) = xbc.split_at(d_inner);
-        let (b_mat, c_mat) = bc.split_at(g * n);
-
-        // SSM step per head, then the D skip
-        let r = h / g;
-        for hi in 0..h {
-            let dt = self
-                .dt_limit
-                .clamp_f32(softplus_f32(dt_raw[hi] + self.dt_bias[hi]));
-            let decay = (dt * self.a[hi]).exp();
-            let xh = &xs[hi * p..(hi + 1) * p];
-            for (t, v) in x_dt.iter_mut().zip(xh) {
-                *t = v * dt;
-            }
-            let gi = hi / r;
-            let yh = &mut y[hi * p..(hi + 1) * p];
-            kernels::ssm_head(
-                &mut ssm[hi * p * n..(hi + 1) * p * n],
-                decay,
-                x_dt,
-                &b_mat[gi * n..(gi + 1) * n],
-                &c_mat[gi * n..(gi + 1) * n],
-                yh,
-            );
-            if self.d.len() == h {
-                let d = self.d[hi];
-                for (yv, xv) in yh.iter_mut().zip(xh) {
-                    *yv += xv * d;
-                }
-            } else {
-                for ((yv, xv), d) in yh.iter_mut().zip(xh).zip(&self.d[hi * p..(hi + 1) * p]) {
-                    *yv += xv * d;
-                }
-            }
-        }
-
-        // gate and gated RMSNorm
-        match &self.norm {
-            Some((weight, group, eps, before)) => {
-                if *before {
-                    for (yg, wg) in y.chunks_mut(*group).zip(weight.chunks(*group)) {
-                        rms_norm_in_place(yg, wg, *eps);
-                    }
-                    for (yv, zv) in y.iter_mut().zip(z) {
-                        *yv *= silu(*zv);
-                    }
-                } else {
-                    for (yv, zv) in y.iter_mut().zip(z) {
-                        *yv *= silu(*zv);
-                    }
-                    for (yg, wg) in y.chunks_mut(*group).zip(weight.chunks(*group)) {
-                        rms_norm_in_place(yg, wg, *eps);
-                    }
-                }
-            }
-            None => {
-                for (yv, zv) in y.iter_mut().zip(z) {
-                    *yv *= silu(*zv);
-                }
-            }
-        }
+        let (z, rest) = zxbcdt.split_at(self.d_inner);
+        let (xbc_raw, dt_raw) = rest.split_at(self.conv_dim());
+        self.conv.step(conv, xbc_raw, xbc);
+        let (xs, bc) = xbc.split_at(self.d_inner);
+        let (b_mat, c_mat) = bc.split_at(self.ssm.g * self.ssm.n);
+        self.ssm.step(xs, b_mat, c_mat, dt_raw, ssm, x_dt, y);
+        self.gate.forward_in_place(y, z);
         self.out_proj.forward(y, out);
     }
+}
+
+/// One pre-norm residual block on the host.
+#[derive(Clone, Debug)]
+struct CpuBlock {
+    norm: CpuRmsNorm,
+    mixer: CpuMixer,
 }
 
 /// A [`Mamba2Backbone`] on the host, for one token of one sequence at a time.
 #[derive(Clone, Debug)]
 pub struct CpuBackbone {
-    layers: Vec<(Vec<f32>, f32, CpuMixer)>,
-    norm_f: (Vec<f32>, f32),
+    layers: Vec<CpuBlock>,
+    norm_f: CpuRmsNorm,
     d_model: usize,
 }
 
@@ -429,10 +535,6 @@ pub struct CpuState {
     mixed: Vec<f32>,
 }
 
-fn norm_params<B: Backend>(norm: &RmsNorm<B>) -> (Vec<f32>, f32) {
-    (host_param(&norm.weight), norm.eps as f32)
-}
-
 impl CpuBackbone {
     /// Copies the weights of a backbone (of any backend and float type) to `f32` host memory.
     pub fn from_backbone<B: Backend>(backbone: &Mamba2Backbone<B>) -> Self {
@@ -440,12 +542,12 @@ impl CpuBackbone {
             layers: backbone
                 .layers
                 .iter()
-                .map(|layer| {
-                    let (w, eps) = norm_params(&layer.norm);
-                    (w, eps, CpuMixer::from_mixer(&layer.mixer))
+                .map(|layer| CpuBlock {
+                    norm: CpuRmsNorm::from_norm(&layer.norm),
+                    mixer: CpuMixer::from_mixer(&layer.mixer),
                 })
                 .collect(),
-            norm_f: norm_params(&backbone.norm_f),
+            norm_f: CpuRmsNorm::from_norm(&backbone.norm_f),
             d_model: backbone.d_model(),
         }
     }
@@ -470,7 +572,7 @@ impl CpuBackbone {
     /// The all-zero state of a fresh sequence.
     pub fn zero_state(&self) -> CpuState {
         CpuState {
-            layers: self.layers.iter().map(|(_, _, m)| m.zero_state()).collect(),
+            layers: self.layers.iter().map(|l| l.mixer.zero_state()).collect(),
             normed: vec![0.0; self.d_model],
             mixed: vec![0.0; self.d_model],
         }
@@ -486,7 +588,7 @@ impl CpuBackbone {
     ) -> crate::Result<CpuState> {
         self.check_layers(state.layers.len())?;
         let mut out = self.zero_state();
-        for (((s, (_, _, mixer)), dst), tensor_mixer) in state
+        for (((s, block), dst), tensor_mixer) in state
             .layers
             .iter()
             .zip(&self.layers)
@@ -501,7 +603,7 @@ impl CpuBackbone {
                     reason: format!("batch index {index} out of range for a batch of {batch}"),
                 });
             }
-            *dst = mixer.state_from(s, index);
+            *dst = block.mixer.state_from(s, index);
         }
         Ok(out)
     }
@@ -529,15 +631,15 @@ impl CpuBackbone {
             normed,
             mixed,
         } = state;
-        for ((weight, eps, mixer), s) in self.layers.iter().zip(layers.iter_mut()) {
+        for (block, s) in self.layers.iter().zip(layers.iter_mut()) {
             normed.copy_from_slice(out);
-            rms_norm_in_place(normed, weight, *eps);
-            mixer.step(normed, s, mixed);
+            block.norm.forward_in_place(normed);
+            block.mixer.step(normed, s, mixed);
             for (o, m) in out.iter_mut().zip(mixed.iter()) {
                 *o += m;
             }
         }
-        rms_norm_in_place(out, &self.norm_f.0, self.norm_f.1);
+        self.norm_f.forward_in_place(out);
         Ok(())
     }
 }

@@ -100,7 +100,6 @@ pub struct Mamba2Forecaster<B: Backend> {
     patch_stride: usize,
     lookback: Option<usize>,
     flatten_tokens: Option<usize>,
-    step_threads: usize,
 }
 
 impl Mamba2ForecasterConfig {
@@ -186,7 +185,6 @@ impl Mamba2ForecasterConfig {
             patch_stride,
             lookback: self.lookback,
             flatten_tokens,
-            step_threads: 1,
         })
     }
 }
@@ -198,18 +196,6 @@ fn patch_count(lookback: usize, len: usize, stride: usize) -> usize {
 }
 
 impl<B: Backend> Mamba2Forecaster<B> {
-    /// Threads a training step spreads each batch over. Default: 1.
-    pub fn step_threads(&self) -> usize {
-        self.step_threads
-    }
-
-    /// Sets the threads a training step spreads each batch over, as
-    /// [`Mamba2Lm::with_step_threads`](crate::Mamba2Lm::with_step_threads).
-    pub fn with_step_threads(mut self, threads: usize) -> Self {
-        self.step_threads = threads.max(1);
-        self
-    }
-
     /// Forecasts the next `horizon` steps from a lookback window.
     ///
     /// The window is cut into patches of `patch_len` steps, `patch_stride` apart, the last

@@ -40,43 +40,42 @@
 pub struct ReadmeDoctests;
 
 pub mod activation;
-pub mod backbone;
+mod backbone;
 #[cfg(feature = "blas")]
 pub mod blas;
-pub mod block;
-pub mod checkpoint;
+mod block;
+mod checkpoint;
 pub mod cpu;
 #[cfg(feature = "train")]
 pub mod data;
-pub mod documents;
-pub mod error;
-pub mod forecaster;
-pub mod lm;
-pub mod mixer;
-pub mod norm;
+mod documents;
+mod error;
+mod forecaster;
+mod lm;
+mod mixer;
+mod norm;
 mod recorder;
-pub mod regressor;
+mod regressor;
 pub mod sampling;
 pub mod ssd;
-pub mod state;
-pub mod streaming;
+mod state;
+mod streaming;
 #[cfg(feature = "train")]
 pub mod train;
 
-pub use backbone::{Mamba2Backbone, Mamba2BackboneConfig};
-pub use block::{Mamba2Block, Mamba2BlockConfig};
-pub use checkpoint::{
-    load_backbone, load_lm, pytorch_name, read_config, save_lm, CheckpointFormat,
-};
-pub use documents::Documents;
-pub use error::{Mamba2Error, Result};
-pub use forecaster::{ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig};
-pub use lm::{Mamba2Lm, Mamba2LmConfig};
-pub use mixer::{DtLimit, Mamba2, Mamba2Config};
+pub use backbone::*;
+pub use block::*;
+pub use checkpoint::*;
+pub use documents::*;
+pub use error::*;
+pub use forecaster::*;
+pub use lm::*;
+pub use mixer::*;
+pub use norm::*;
 pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
-pub use regressor::{Mamba2Regressor, Mamba2RegressorConfig};
-pub use state::{BackboneState, Mamba2State};
-pub use streaming::StreamingForecaster;
+pub use regressor::*;
+pub use state::*;
+pub use streaming::*;
 
 /// A trainable parameter from an initial value, which may be computed (it is detached first,
 /// so that it becomes a leaf of the autodiff graph).

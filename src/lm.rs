@@ -86,7 +86,6 @@ impl Mamba2LmConfig {
             backbone: self.backbone.init(device)?,
             lm_head,
             vocab_size: v,
-            step_threads: 1,
         })
     }
 }
@@ -103,28 +102,12 @@ pub struct Mamba2Lm<B: Backend> {
     /// Separate head (`None` when tied to the embedding).
     pub lm_head: Option<Linear<B>>,
     vocab_size: usize,
-    step_threads: usize,
 }
 
 impl<B: Backend> Mamba2Lm<B> {
     /// The (padded) vocabulary size: the width of the logits.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
-    }
-
-    /// Threads a training step spreads each batch over (see
-    /// [`parallel_backward`](crate::train::parallel_backward)). Default: 1.
-    pub fn step_threads(&self) -> usize {
-        self.step_threads
-    }
-
-    /// Sets the threads a training step spreads each batch over: the batch is cut into that
-    /// many slices that run forward and backward in parallel, with the same gradient as the
-    /// whole batch. Worth it on CPU backends (burn-ndarray runs most element-wise work on one
-    /// thread); leave it at 1 on GPUs. Values below 1 count as 1.
-    pub fn with_step_threads(mut self, threads: usize) -> Self {
-        self.step_threads = threads.max(1);
-        self
     }
 
     /// The all-zero state of a fresh batch of `batch` sequences.

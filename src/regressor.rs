@@ -40,7 +40,6 @@ impl Mamba2RegressorConfig {
             input: linear(self.n_features, d_model),
             backbone: self.backbone.init(device)?,
             output: linear(d_model, self.n_outputs),
-            step_threads: 1,
         })
     }
 }
@@ -55,22 +54,9 @@ pub struct Mamba2Regressor<B: Backend> {
     pub backbone: Mamba2Backbone<B>,
     /// Output projection.
     pub output: Linear<B>,
-    step_threads: usize,
 }
 
 impl<B: Backend> Mamba2Regressor<B> {
-    /// Threads a training step spreads each batch over. Default: 1.
-    pub fn step_threads(&self) -> usize {
-        self.step_threads
-    }
-
-    /// Sets the threads a training step spreads each batch over, as
-    /// [`Mamba2Lm::with_step_threads`](crate::Mamba2Lm::with_step_threads).
-    pub fn with_step_threads(mut self, threads: usize) -> Self {
-        self.step_threads = threads.max(1);
-        self
-    }
-
     /// Number of input features.
     pub fn n_features(&self) -> usize {
         self.input.weight.dims()[0]

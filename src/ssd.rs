@@ -18,7 +18,7 @@
 //! Packed sequences (the reference's `seq_idx`): with document starts, a row holds several
 //! documents back to back and no state flows across a start: `S_{t-1}` is dropped at a start
 //! `t`, as if each document ran alone (the initial state belongs to the first one). The chunked
-//! form adds [`DOCUMENT_START_LOG_DECAY`] to `dA` at each start, so that every decay spanning it
+//! form adds a log-decay of -10⁴ to `dA` at each start, so that every decay spanning it
 //! is exactly 0 (`exp` underflows; no infinity enters the graph); the recurrence multiplies the
 //! state by 0 there.
 //!
@@ -30,7 +30,7 @@ use burn::tensor::{backend::Backend, Bool, DType, Tensor};
 
 /// The float type the SSD computes in for inputs of type `dtype`: `f32` for half types,
 /// the type itself otherwise.
-pub fn compute_dtype(dtype: DType) -> DType {
+pub(crate) fn compute_dtype(dtype: DType) -> DType {
     match dtype {
         DType::F16 | DType::BF16 => DType::F32,
         other => other,
@@ -38,7 +38,7 @@ pub fn compute_dtype(dtype: DType) -> DType {
 }
 
 /// Casts `t` to the SSD's compute type (a no-op for `f32` and `f64`).
-pub fn upcast<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+pub(crate) fn upcast<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
     let target = compute_dtype(t.dtype());
     if t.dtype() == target {
         t
@@ -48,7 +48,7 @@ pub fn upcast<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 /// Casts `t` to `dtype` when it differs.
-pub fn cast_to<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+pub(crate) fn cast_to<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
     if t.dtype() == dtype {
         t
     } else {
@@ -67,7 +67,7 @@ pub fn cast_to<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Ten
 /// - returns x `[b, c, g, r, q, p]`, dt `[b, c, g, r, q]`, Bᵀ `[b, c, g, n, q]` and
 ///   C `[b, c, g, q, n]`
 #[allow(clippy::type_complexity)]
-pub fn chunk<B: Backend>(
+pub(crate) fn chunk<B: Backend>(
     x: Tensor<B, 4>,
     dt: Tensor<B, 3>,
     b_mat: Tensor<B, 4>,
@@ -94,7 +94,7 @@ pub fn chunk<B: Backend>(
 /// - x: `[b, c, g, r, q, p]`, dt: `[b, c, g, r, q]`, a: `[h]` with `h = g·r`
 /// - returns x̃ `[b, c, g, r, q, p]` (contiguous) and dA `[b, c, g, r, q]` (the log of the
 ///   per-step decay, ≤ 0)
-pub fn discretize<B: Backend>(
+pub(crate) fn discretize<B: Backend>(
     x: Tensor<B, 6>,
     dt: Tensor<B, 5>,
     a: Tensor<B, 1>,
@@ -108,14 +108,14 @@ pub fn discretize<B: Backend>(
 
 /// The log-decay added at a document's first token in the chunked form: every decay across a
 /// document start becomes `exp(≤ -10⁴) = 0` exactly, in `f32` and `f64`, with a zero gradient.
-pub const DOCUMENT_START_LOG_DECAY: f64 = -1.0e4;
+pub(crate) const DOCUMENT_START_LOG_DECAY: f64 = -1.0e4;
 
 /// Document starts in the chunk layout: `dA + DOCUMENT_START_LOG_DECAY · start`.
 ///
 /// # Shapes
 /// - da: `[b, c, g, r, q]`, starts: `[b, l]` (1 at a document's first token, else 0; `l ≤ c·q`)
 /// - returns `[b, c, g, r, q]`
-pub fn start_documents<B: Backend>(da: Tensor<B, 5>, starts: Tensor<B, 2>) -> Tensor<B, 5> {
+pub(crate) fn start_documents<B: Backend>(da: Tensor<B, 5>, starts: Tensor<B, 2>) -> Tensor<B, 5> {
     let [b, c, _, _, q] = da.dims();
     let starts = pad_time(cast_to(starts, da.dtype()), q).reshape([b, c, 1, 1, q]);
     da + starts * DOCUMENT_START_LOG_DECAY
@@ -128,7 +128,7 @@ pub fn start_documents<B: Backend>(da: Tensor<B, 5>, starts: Tensor<B, 2>) -> Te
 ///
 /// # Shapes
 /// - da: `[b, c, g, r, q]`; returns the same shape
-pub fn chunk_decay_to_end<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
+pub(crate) fn chunk_decay_to_end<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
     let [b, c, g, r, q] = da.dims();
     // later[k, l] = 1 for k > l
     let later = tril_ones::<B>(q, -1, da.dtype(), &da.device());
@@ -145,7 +145,7 @@ pub fn chunk_decay_to_end<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
 ///
 /// # Shapes
 /// - da: `[b, c, g, r, q]`; returns the same shape
-pub fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
+pub(crate) fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
     let [b, c, g, r, q] = da.dims();
     // upper[k, i] = 1 for k ≤ i
     let upper = lower_mask::<B>(q, da.dtype(), &da.device()).transpose();
@@ -171,7 +171,7 @@ pub fn chunk_cumsum<B: Backend>(da: Tensor<B, 5>) -> Tensor<B, 5> {
 /// # Shapes
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
-pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+pub(crate) fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     let t = a.dims()[1];
     let (dtype, device) = (a.dtype(), a.device());
     let strict_lower = tril_ones::<B>(t, -1, dtype, &device);
@@ -185,7 +185,7 @@ pub fn segment_sums<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
 ///
 /// # Shapes
 /// - returns `[t, t]`
-pub fn lower_mask<B: Backend>(t: usize, dtype: DType, device: &B::Device) -> Tensor<B, 2> {
+pub(crate) fn lower_mask<B: Backend>(t: usize, dtype: DType, device: &B::Device) -> Tensor<B, 2> {
     tril_ones::<B>(t, 0, dtype, device)
 }
 
@@ -214,7 +214,7 @@ fn tril_ones<B: Backend>(
 /// # Shapes
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
-pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+pub(crate) fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     let t = a.dims()[1];
     let lower = lower_mask::<B>(t, a.dtype(), &a.device());
     decay_matrix(a) * lower.unsqueeze::<3>()
@@ -228,7 +228,7 @@ pub fn segsum_exp<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
 /// # Shapes
 /// - a: `[m, t]`
 /// - returns `[m, t, t]`
-pub fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
+pub(crate) fn decay_matrix<B: Backend>(a: Tensor<B, 2>) -> Tensor<B, 3> {
     segment_sums(a).exp()
 }
 
@@ -279,7 +279,7 @@ fn pad_time<B: Backend, const D: usize>(t: Tensor<B, D>, q: usize) -> Tensor<B, 
 /// - x_dt: `[b, c, g, r, q, p]`, da: `[b, c, g, r, q]`, b_t: `[b, c, g, n, q]`,
 ///   c_mat: `[b, c, g, q, n]`
 /// - returns `[b, c, g, r, q, p]`
-pub fn chunk_diagonal<B: Backend>(
+pub(crate) fn chunk_diagonal<B: Backend>(
     x_dt: Tensor<B, 6>,
     da: Tensor<B, 5>,
     b_t: Tensor<B, 5>,
@@ -309,7 +309,7 @@ pub fn chunk_diagonal<B: Backend>(
 /// - x_dt: `[b, c, g, r, q, p]`, to_end: `[b, c, g, r, q]` ([`chunk_decay_to_end`]),
 ///   b_t: `[b, c, g, n, q]`
 /// - returns `[b, c, g, r, n, p]`
-pub fn chunk_states<B: Backend>(
+pub(crate) fn chunk_states<B: Backend>(
     x_dt: Tensor<B, 6>,
     to_end: Tensor<B, 5>,
     b_t: Tensor<B, 5>,
@@ -321,7 +321,7 @@ pub fn chunk_states<B: Backend>(
 }
 
 /// Up to this many chunks, [`state_passing`] uses the matrix form; beyond, the loop.
-pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
+pub(crate) const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 
 /// Step 3, the inter-chunk recurrence ("A terms"): the state entering every chunk, and the
 /// final state.
@@ -339,7 +339,7 @@ pub const STATE_PASSING_MATRIX_MAX_CHUNKS: usize = 128;
 ///   initial: `[b, g, r, n, p]` (the state transposed, as [`chunk_states`] returns it; the
 ///   recurrence is element-wise in the last two dimensions, so either order works)
 /// - returns the entering states `[b, c, g, r, n, p]` and the final state `[b, g, r, n, p]`
-pub fn state_passing<B: Backend>(
+pub(crate) fn state_passing<B: Backend>(
     states: Tensor<B, 6>,
     chunk_decay: Tensor<B, 4>,
     initial: Tensor<B, 5>,
@@ -360,7 +360,7 @@ pub fn state_passing<B: Backend>(
 ///
 /// # Shapes
 /// - as [`state_passing`]
-pub fn state_passing_matrix<B: Backend>(
+pub(crate) fn state_passing_matrix<B: Backend>(
     states: Tensor<B, 6>,
     chunk_decay: Tensor<B, 4>,
     initial: Tensor<B, 5>,
@@ -396,7 +396,7 @@ pub fn state_passing_matrix<B: Backend>(
 ///
 /// # Shapes
 /// - as [`state_passing`]
-pub fn state_passing_loop<B: Backend>(
+pub(crate) fn state_passing_loop<B: Backend>(
     states: Tensor<B, 6>,
     chunk_decay: Tensor<B, 4>,
     initial: Tensor<B, 5>,
@@ -422,7 +422,7 @@ pub fn state_passing_loop<B: Backend>(
 /// - entering: `[b, c, g, r, n, p]` (transposed states), a_cumsum: `[b, c, g, r, q]`,
 ///   c_mat: `[b, c, g, q, n]`
 /// - returns `[b, c, g, r, q, p]`
-pub fn chunk_state_output<B: Backend>(
+pub(crate) fn chunk_state_output<B: Backend>(
     entering: Tensor<B, 6>,
     a_cumsum: Tensor<B, 5>,
     c_mat: Tensor<B, 5>,
@@ -623,7 +623,7 @@ pub fn ssd_sequential_documents<B: Backend>(
 ///
 /// # Shapes
 /// - state: `[b, ...]`, start: `[b]`; returns the shape of `state`
-pub fn continue_rows<B: Backend, const D: usize>(
+pub(crate) fn continue_rows<B: Backend, const D: usize>(
     state: Tensor<B, D>,
     start: Tensor<B, 1>,
 ) -> Tensor<B, D> {
@@ -631,4 +631,133 @@ pub fn continue_rows<B: Backend, const D: usize>(
     shape[0] = start.dims()[0];
     let keep = (cast_to(start, state.dtype()).neg() + 1.0).reshape(shape);
     state * keep
+}
+
+/// The internal steps against each other and against f64, on NdArray and (with the `wgpu`
+/// feature) on Wgpu. Inputs come from a seeded generator of their own, so every backend and
+/// every run sees the same numbers.
+#[cfg(all(test, feature = "ndarray"))]
+mod tests {
+    use super::*;
+    use burn::backend::Autodiff;
+    use burn::tensor::{ElementConversion, TensorData};
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// A tensor of uniform draws in `range` from `rng`.
+    fn uniform<B: Backend, const D: usize>(
+        rng: &mut StdRng,
+        shape: [usize; D],
+        range: std::ops::Range<f32>,
+        device: &B::Device,
+    ) -> Tensor<B, D> {
+        let values: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|_| rng.random_range(range.clone()))
+            .collect();
+        Tensor::from_data(TensorData::new(values, shape), device)
+    }
+
+    /// `max |a - b| <= 1e-5 · max |b|`, the path tests' tolerance.
+    fn assert_close<B: Backend, const D: usize>(what: &str, a: Tensor<B, D>, b: Tensor<B, D>) {
+        assert_eq!(a.dims(), b.dims(), "{what}: shapes differ");
+        let scale: f32 = b.clone().abs().max().into_scalar().elem();
+        let err: f32 = (a - b).abs().max().into_scalar().elem();
+        let rel = err as f64 / (scale as f64).max(1e-30);
+        assert!(rel <= 1e-5, "{what}: relative error {rel:.3e} > 1e-5");
+    }
+
+    /// The two forms of the inter-chunk recurrence give the same entering and final states,
+    /// for one chunk, a few, and many.
+    fn state_passing_forms_agree<B: Backend>(device: &B::Device) {
+        let mut rng = StdRng::seed_from_u64(17);
+        for c in [1, 5, 40] {
+            let (b, g, r, p, n) = (2, 2, 3, 4, 5);
+            let states = uniform::<B, 6>(&mut rng, [b, c, g, r, p, n], -1.0..1.0, device);
+            let decay = uniform::<B, 4>(&mut rng, [b, g, r, c], -3.0..0.0, device);
+            let init = uniform::<B, 5>(&mut rng, [b, g, r, p, n], -1.0..1.0, device);
+            let (e1, f1) = state_passing_matrix(states.clone(), decay.clone(), init.clone());
+            let (e2, f2) = state_passing_loop(states, decay, init);
+            assert_close(&format!("c = {c}: entering states"), e1, e2);
+            assert_close(&format!("c = {c}: final state"), f1, f2);
+        }
+    }
+
+    /// The intra-chunk decay matrix (`exp` of the stable segment sums, one product with a
+    /// triangular matrix), on a plain backend and under autodiff, against `exp(Σ a)` summed in
+    /// f64, on strongly decaying rows (segment sums down to about -250, so entries span the
+    /// whole f32 range and underflow).
+    ///
+    /// Tolerance: on every entry of the lower triangle above 1e-30 (segment sums `s` above
+    /// -69), relative error <= 1e-6 · (1 + |s|): `exp` turns an absolute error of the sum into
+    /// a relative one, and f32 rounds `s` to about 6e-8 · |s|, so this allows some 16 roundings
+    /// of the sum (a difference of two prefix sums, off by 6e-8 of the prefix, fails it at
+    /// t = 256). Entries below 1e-30 must stay below 2e-30; the upper triangle is exactly 1.
+    fn decay_matrix_matches_f64_on_strong_decays<B: Backend>(device: &B::Device) {
+        let mut rng = StdRng::seed_from_u64(23);
+        for t in [64, 256] {
+            let m = 6;
+            let a = uniform::<B, 2>(&mut rng, [m, t], -2.0..0.0, device);
+            let a_host: Vec<f32> = a.to_data().to_vec().unwrap();
+            let direct: Vec<f32> = decay_matrix(a.clone()).into_data().to_vec().unwrap();
+            let tracked = Tensor::<Autodiff<B>, 2>::from_inner(a).require_grad();
+            let stable: Vec<f32> = decay_matrix(tracked).inner().into_data().to_vec().unwrap();
+            for (form, got) in [("plain backend", &direct), ("autodiff backend", &stable)] {
+                let mut worst: f64 = 0.0;
+                for row in 0..m {
+                    let a_row = &a_host[row * t..(row + 1) * t];
+                    for i in 0..t {
+                        let mut sum = 0.0f64; // Σ_{k=j+1}^{i} a_k, growing as j goes down
+                        for j in (0..t).rev() {
+                            let v = got[(row * t + i) * t + j] as f64;
+                            if j > i {
+                                assert_eq!(
+                                    v, 1.0,
+                                    "{form}, t = {t}: [{i}, {j}] above the diagonal"
+                                );
+                                continue;
+                            }
+                            if j < i {
+                                sum += a_row[j + 1] as f64;
+                            }
+                            let want = sum.exp();
+                            if want > 1e-30 {
+                                worst = worst.max((v - want).abs() / want / (1.0 + sum.abs()));
+                            } else {
+                                assert!(
+                                    v < 2e-30,
+                                    "{form}, t = {t}: [{i}, {j}] = {v:e}, want {want:e}"
+                                );
+                            }
+                        }
+                    }
+                }
+                assert!(
+                    worst <= 1e-6,
+                    "{form}, t = {t}: relative error / (1 + |s|) {worst:.3e} > 1e-6"
+                );
+            }
+        }
+    }
+
+    /// Each check, once per backend.
+    macro_rules! on_backend {
+        ($module:ident, $backend:ty) => {
+            mod $module {
+                type B = $backend;
+
+                #[test]
+                fn state_passing_forms_agree() {
+                    super::state_passing_forms_agree::<B>(&Default::default());
+                }
+
+                #[test]
+                fn decay_matrix_matches_f64_on_strong_decays() {
+                    super::decay_matrix_matches_f64_on_strong_decays::<B>(&Default::default());
+                }
+            }
+        };
+    }
+
+    on_backend!(ndarray, burn::backend::NdArray);
+    #[cfg(feature = "wgpu")]
+    on_backend!(wgpu, burn::backend::Wgpu);
 }

@@ -133,6 +133,75 @@ fn training_steps_lower_the_forecast_error_on_a_csv_series() {
     );
 }
 
+/// `train::direction_accuracy` against the same count made here from the windows' host data:
+/// per window and target, the first forecast step and the actual next value, both
+/// un-standardised with that target's column statistics (targets in another order than the
+/// columns, batches of 7 that do not divide the windows), and a scaler too short for the
+/// target columns refused.
+#[test]
+fn direction_accuracy_counts_the_signs_of_the_first_step() {
+    use mamba2_burn::data::timeseries::Standardizer;
+    use mamba2_burn::train::direction_accuracy;
+    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
+    let data = ForecastData::new(
+        &series,
+        Path::new("sines.csv"),
+        &[],
+        &["b".into(), "a".into()],
+        32,
+        6,
+        Split::Fractions {
+            train: 0.7,
+            test: 0.2,
+        },
+    )
+    .unwrap();
+    assert_eq!(data.test.target_columns(), [1, 0]);
+    let dev = Default::default();
+    let _rng = common::seeded(11);
+    let model: Mamba2Forecaster<B> = config(2, 2, false, true).init(&dev).unwrap();
+    let got = direction_accuracy(&model, &data.test, &data.scaler, 32, 7, &dev).unwrap();
+
+    let batcher = WindowBatcher::new(32, 6);
+    let (mut hits, mut counted) = (0usize, 0usize);
+    let n = data.test.len();
+    for start in (0..n).step_by(7) {
+        let items: Vec<_> = (start..(start + 7).min(n))
+            .filter_map(|i| data.test.get(i))
+            .collect();
+        let batch: ForecastBatch<B> = batcher.batch(items.clone(), &dev);
+        // [rows, horizon 6, targets 2], row-major
+        let predicted: Vec<f32> = model
+            .forward(batch.inputs)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        for (row, item) in items.iter().enumerate() {
+            for (j, column) in [1usize, 0].into_iter().enumerate() {
+                let (mean, std) = (data.scaler.mean[column], data.scaler.std[column]);
+                let p = predicted[row * 12 + j] * std + mean;
+                let a = item.target[j] * std + mean;
+                if a != 0.0 {
+                    counted += 1;
+                    hits += usize::from((p > 0.0) == (a > 0.0));
+                }
+            }
+        }
+    }
+    assert!(counted > 100, "{counted} values scored");
+    assert_eq!(got, hits as f64 / counted as f64);
+
+    let short = Standardizer {
+        mean: vec![0.0],
+        std: vec![1.0],
+    };
+    match direction_accuracy(&model, &data.test, &short, 32, 7, &dev) {
+        Err(Mamba2Error::InvalidInput { name: "scaler", .. }) => {}
+        other => panic!("expected a scaler error, got {other:?}"),
+    }
+}
+
 /// After every observation, the streaming forecast equals the batch forward over the whole
 /// history so far (relative tolerance 1e-5 of the forecast's magnitude), in both channel
 /// modes; RevIN models and malformed observations are refused.
@@ -403,7 +472,7 @@ fn patch_settings_are_checked() {
 /// returned and saved is that epoch's checkpoint (kept besides the last two).
 #[test]
 fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
-    use mamba2_burn::checkpoint::load_module_record;
+    use mamba2_burn::load_module_record;
     use mamba2_burn::train::{
         evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode,
     };

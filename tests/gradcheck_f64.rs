@@ -405,7 +405,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
     // the step over 3 threads against the whole batch's: gradients, loss and logits
     let spread_equals_whole = |batch: mamba2_burn::train::LmBatch<B>, what: &str| {
         let whole = TrainStep::step(&model, batch.clone());
-        let spread = TrainStep::step(&model.clone().with_step_threads(3), batch);
+        let spread = TrainStep::step(&mamba2_burn::train::Threaded::new(model.clone(), 3), batch);
         assert_close(
             &grads_of(&model, &spread.grads),
             &grads_of(&model, &whole.grads),
@@ -452,7 +452,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
         targets: Tensor::random([4, 2], Distribution::Normal(0.0, 1.0), &dev()),
     };
     let whole = TrainStep::step(&model, batch.clone());
-    let spread = TrainStep::step(&model.clone().with_step_threads(2), batch);
+    let spread = TrainStep::step(&mamba2_burn::train::Threaded::new(model.clone(), 2), batch);
     assert_close(
         &grads_of(&model, &spread.grads),
         &grads_of(&model, &whole.grads),

@@ -73,15 +73,23 @@ fn learner_run_writes_artifacts_and_lowers_the_loss() {
     // held through the run: `train_lm` seeds the generator with `config.seed` and draws
     let _rng = common::seeded(config.seed);
     let initial = config.model.init::<Inner>(&dev()).unwrap();
-    let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), &dev()).unwrap();
+    let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
     let model = train(&config, dir.path(), false).unwrap();
-    let after = evaluate_lm(&model, &data(3, 64), 32, Some(0), &dev()).unwrap();
+    let after = evaluate_lm(&model, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
     assert!(
         after.loss < before.loss - 0.1,
         "loss did not fall: {} -> {}",
         before.loss,
         after.loss
     );
+    // the same scores with the batches spread over 2 threads: every batch is scored as on one
+    // thread, only the f64 sum of the batches' losses runs in another order
+    let spread = evaluate_lm(&model, &data(3, 64), 32, Some(0), 2, &dev()).unwrap();
+    assert_eq!(
+        (spread.count, spread.accuracy),
+        (after.count, after.accuracy)
+    );
+    assert!((spread.loss - after.loss).abs() <= 1e-12 * after.loss);
 
     for file in [
         "config.json",
@@ -215,7 +223,7 @@ fn copy_task_loss_falls_within_a_few_hundred_steps() {
     let config = config(1, 1e-2);
     let _rng = common::seeded(config.seed);
     let initial = config.model.init::<Inner>(&dev()).unwrap();
-    let before = evaluate_lm(&initial, &data(3, 128), 64, Some(0), &dev()).unwrap();
+    let before = evaluate_lm(&initial, &data(3, 128), 64, Some(0), 1, &dev()).unwrap();
     // 600 steps of 16 sequences
     let model = train_lm::<B, _, _>(
         &config,
@@ -227,7 +235,7 @@ fn copy_task_loss_falls_within_a_few_hundred_steps() {
         &dev(),
     )
     .unwrap();
-    let after = evaluate_lm(&model, &data(3, 128), 64, Some(0), &dev()).unwrap();
+    let after = evaluate_lm(&model, &data(3, 128), 64, Some(0), 1, &dev()).unwrap();
     eprintln!(
         "copy task: loss {:.3} -> {:.3}, accuracy {:.3} -> {:.3}",
         before.loss, after.loss, before.accuracy, after.accuracy

@@ -23,7 +23,7 @@
 //! Rows start at the first interval whose previous interval already had a reference price.
 //! The first five columns are the model inputs ([`MARKET_FEATURES`]); the target of a window is
 //! the next row's `return` (regression) or `direction` (its sign, classification). Cut windows
-//! of `[seq_len, 5]` inputs with [`ForecastData`](super::timeseries::ForecastData) and horizon
+//! of `[seq_len, 5]` inputs with [`super::timeseries::ForecastData`] and horizon
 //! 1 (see [`market_windows`]).
 //!
 //! Prices with Databento's undefined-price sentinel and quotes with a crossed or one-sided book

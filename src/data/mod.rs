@@ -1,5 +1,5 @@
 //! Datasets and batching for training: the synthetic tasks (MQAR, selective copying), byte-level
-//! text, and the batcher that turns token sequences into [`LmBatch`](crate::train::LmBatch)es.
+//! text, and the batcher that turns token sequences into [`crate::train::LmBatch`]es.
 
 pub mod copy;
 pub mod loader;

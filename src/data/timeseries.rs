@@ -273,6 +273,12 @@ impl WindowDataset {
     pub fn n_targets(&self) -> usize {
         self.targets.len()
     }
+
+    /// The series' columns of the targets, in target order (the columns of the
+    /// [`Standardizer`] that standardised them).
+    pub fn target_columns(&self) -> &[usize] {
+        &self.targets
+    }
 }
 
 impl Dataset<WindowItem> for WindowDataset {

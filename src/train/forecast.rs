@@ -8,18 +8,14 @@ use burn::config::Config;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ElementConversion;
-use burn::train::metric::{LearningRateMetric, LossMetric};
-use burn::train::{Learner, SupervisedTraining};
+use burn::tensor::{ElementConversion, Tensor};
+use burn::train::metric::LossMetric;
 
-use super::runner::{best_valid_epoch, finish_run, loaders, plain_progress, prepare_run};
+use super::runner::{best_valid_epoch, launch, run_of, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
-use super::{
-    ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress,
-    ProgressMode, WarmupCosineLr,
-};
+use super::{ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, ProgressMode, Threaded};
 use crate::checkpoint::{load_module_record, save_config, save_record};
-use crate::data::timeseries::{WindowBatcher, WindowItem};
+use crate::data::timeseries::{Standardizer, WindowBatcher, WindowDataset, WindowItem};
 use crate::error::Mamba2Error;
 use crate::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 
@@ -89,70 +85,36 @@ where
     V: Dataset<WindowItem> + 'static,
 {
     config.model.backbone.validate()?;
-    let start_epoch = prepare_run(
-        config,
-        config.batch_size,
-        config.epochs,
-        (train.len(), valid.len()),
-        artifacts,
-        resume,
-    )?;
-    B::seed(device, config.seed);
-    let model = config
-        .model
-        .init::<B>(device)?
-        .with_step_threads(config.step_threads);
-    let steps_per_epoch = train.len().div_ceil(config.batch_size);
     // trained on the configured loss, validated (and stopped early) on the MSE
     let batcher = WindowBatcher::new(config.lookback, config.model.horizon);
-    let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
+    let data = RunData {
         train,
         valid,
-        batcher.clone().with_loss(config.loss),
-        batcher,
-        config.batch_size,
-        config.seed,
-        start_epoch,
-        None,
-        device,
-    );
-    let scheduler = WarmupCosineLr::from_fractions(
-        config.lr,
-        config.min_lr_ratio,
-        config.warmup_fraction,
-        steps_per_epoch * config.epochs,
-    );
-    let mut training = SupervisedTraining::new(artifacts, dl_train, dl_valid)
-        .metric_train_numeric(LossMetric::new())
-        .metric_valid_numeric(LossMetric::new())
-        .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(crate::CheckpointRecorder::default())
-        .num_epochs(config.epochs);
-    if plain_progress(progress) {
-        training = training.renderer(PlainProgress::new(4));
-    }
-    if let Some(epoch) = start_epoch {
-        training = training.checkpoint(epoch);
-    }
-    let retention = match start_epoch {
-        Some(epoch) => KeepBestAndLast::resumed(artifacts, epoch),
-        None => KeepBestAndLast::new(),
+        batcher: batcher.clone().with_loss(config.loss),
+        valid_batcher: batcher,
+        bucket: None,
     };
-    training = training.with_checkpointing_strategy(retention);
-    if let Some(patience) = config.patience {
-        training = training.early_stopping(ValidLossStopping::new(patience));
-    }
-    let guard = NonFiniteGuard::new(Some(training.interrupter()));
-    let optimizer = config
-        .optimizer
-        .init::<B, Mamba2Forecaster<B>>(guard.clone());
-    let result = training.launch(Learner::new(model, optimizer, scheduler));
-    finish_run(&guard, artifacts, steps_per_epoch, config.epochs)?;
-    let mut model = result.model;
+    let run = run_of!(config, artifacts, resume, progress);
+    let init = |device: &B::Device| config.model.init::<B>(device);
+    let mut model = launch(&run, config, init, data, device, |training, start_epoch| {
+        let retention = match start_epoch {
+            Some(epoch) => KeepBestAndLast::resumed(artifacts, epoch),
+            None => KeepBestAndLast::new(),
+        };
+        let training = training
+            .metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .with_checkpointing_strategy(retention);
+        match config.patience {
+            Some(patience) => training.early_stopping(ValidLossStopping::new(patience)),
+            None => training,
+        }
+    })?;
     if config.restore_best {
         if let Some(epoch) = best_valid_epoch(artifacts, config.epochs) {
             let checkpoint = artifacts.join("checkpoint").join(format!("model-{epoch}"));
-            model = load_module_record(model, checkpoint, device)?;
+            // the Learner's checkpoints hold the model under `Threaded`
+            model = load_module_record(Threaded::new(model, 1), checkpoint, device)?.into_inner();
         }
     }
     save_forecaster(&model, &config.model, artifacts.join("model"))?;
@@ -236,4 +198,67 @@ pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
         mae: ae / count as f64,
         windows: n,
     })
+}
+
+/// The share of forecasts with the right sign: for every window of `dataset` and every target,
+/// whether the forecast of the next step and that step's actual value have the same sign on
+/// the original scale (`scaler`, the data's standardisation, undone on the target columns).
+/// Actual values of exactly 0 are not counted. For a series of returns, the share of moves
+/// whose direction the model called.
+pub fn direction_accuracy<B: Backend>(
+    model: &Mamba2Forecaster<B>,
+    dataset: &WindowDataset,
+    scaler: &Standardizer,
+    lookback: usize,
+    batch_size: usize,
+    device: &B::Device,
+) -> crate::Result<f64> {
+    let columns = dataset.target_columns();
+    let n_targets = columns.len();
+    if let Some(&c) = columns.iter().find(|&&c| c >= scaler.mean.len()) {
+        return Err(Mamba2Error::InvalidInput {
+            name: "scaler",
+            reason: format!(
+                "has {} columns, the dataset's targets include column {c}",
+                scaler.mean.len()
+            ),
+        });
+    }
+    let batcher = WindowBatcher::new(lookback, model.horizon());
+    let (mut hits, mut counted) = (0usize, 0usize);
+    let n = dataset.len();
+    for start in (0..n).step_by(batch_size.max(1)) {
+        let items: Vec<WindowItem> = (start..(start + batch_size).min(n))
+            .filter_map(|i| dataset.get(i))
+            .collect();
+        let batch: ForecastBatch<B> = batcher.batch(items, device);
+        let [b, _, _] = batch.targets.dims();
+        // the first forecast step: [b, n_targets]
+        let first = |t: Tensor<B, 3>| -> Vec<f32> {
+            t.narrow(1, 0, 1)
+                .reshape([b * n_targets])
+                .into_data()
+                .convert::<f32>()
+                .to_vec()
+                .expect("f32 data after convert")
+        };
+        let predicted = first(model.forward(batch.inputs)?);
+        let actual = first(batch.targets);
+        for (i, (p, a)) in predicted.iter().zip(&actual).enumerate() {
+            let column = columns[i % n_targets];
+            let (mean, std) = (scaler.mean[column], scaler.std[column]);
+            let (p, a) = (p * std + mean, a * std + mean);
+            if a != 0.0 {
+                counted += 1;
+                hits += usize::from((p > 0.0) == (a > 0.0));
+            }
+        }
+    }
+    if counted == 0 {
+        return Err(Mamba2Error::InvalidInput {
+            name: "dataset",
+            reason: "no window with a nonzero actual value to score".into(),
+        });
+    }
+    Ok(hits as f64 / counted as f64)
 }

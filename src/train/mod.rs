@@ -6,21 +6,22 @@
 //! as they are. Each implements [`SupervisedModel`] (its batch, its loss, how the batch splits
 //! over threads), and one generic step, [`train_step`] / [`inference_step`], serves all three:
 //!
-//! - [`Mamba2Lm`](crate::Mamba2Lm) on an [`LmBatch`]: next-token cross-entropy (positions whose
+//! - [`crate::Mamba2Lm`] on an [`LmBatch`]: next-token cross-entropy (positions whose
 //!   target is `ignore_index` are not scored), output [`SequenceOutput`] for Burn's loss,
 //!   accuracy and perplexity metrics;
-//! - [`Mamba2Regressor`](crate::Mamba2Regressor) on a [`RegressionBatch`]: mean squared error of
+//! - [`crate::Mamba2Regressor`] on a [`RegressionBatch`]: mean squared error of
 //!   the prediction at the last time step, output [`RegressionOutput`];
-//! - [`Mamba2Forecaster`](crate::Mamba2Forecaster) on a [`ForecastBatch`]: the batch's
+//! - [`crate::Mamba2Forecaster`] on a [`ForecastBatch`]: the batch's
 //!   [`ForecastLoss`] over the forecast horizon, output [`RegressionOutput`].
 //!
 //! [`train_lm`] and [`train_forecaster`] run a whole training with checkpoints, resume and
 //! artifacts.
 //!
-//! On CPU backends each model's `with_step_threads(n)` spreads every batch over `n` threads
-//! (row slices with their own autodiff graphs, gradients summed with the whole batch's loss
-//! weights; see [`parallel_backward`]), which keeps the cores busy that burn-ndarray's mostly
-//! single-threaded element-wise kernels leave idle.
+//! On CPU backends, [`Threaded`] around a model spreads every batch over threads (row slices
+//! with their own autodiff graphs, gradients summed with the whole batch's loss weights; see
+//! [`parallel_backward`]), which keeps the cores busy that burn-ndarray's mostly
+//! single-threaded element-wise kernels leave idle. The models themselves carry no thread
+//! count.
 
 mod forecast;
 mod optim;
@@ -29,12 +30,13 @@ mod progress;
 mod runner;
 mod schedule;
 mod stopping;
+mod threaded;
 
 pub use forecast::{
-    evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster, ForecastScores,
-    ForecastTrainingConfig,
+    direction_accuracy, evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster,
+    ForecastScores, ForecastTrainingConfig,
 };
-pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
+pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, MixedRecord, NonFiniteGuard};
 pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;
 pub use runner::{
@@ -42,6 +44,7 @@ pub use runner::{
 };
 pub use schedule::WarmupCosineLr;
 pub use stopping::{KeepBestAndLast, ValidLossStopping};
+pub use threaded::Threaded;
 
 use crate::activation::log_softmax;
 use burn::module::AutodiffModule;
@@ -157,7 +160,7 @@ fn row_parts<B: Backend, const DI: usize, const DT: usize, I>(
 
 /// A model that Burn's `Learner` trains on one kind of batch: the one training and inference
 /// step of this crate ([`train_step`], [`inference_step`]) runs any of them, on one thread or
-/// with the batch spread over the model's step threads.
+/// with the batch spread over threads ([`Threaded`]).
 pub trait SupervisedModel<B: Backend> {
     /// The batch the model learns from.
     type Batch: Send;
@@ -167,9 +170,9 @@ pub trait SupervisedModel<B: Backend> {
     /// The batch's output, with its mean loss.
     fn batch_output(&self, batch: &Self::Batch) -> Self::Output;
 
-    /// The batch cut into the slices the step runs on its threads (one slice: no threads),
+    /// The batch cut into at most `parts` slices for as many threads (one slice: no threads),
     /// each weighted by its share of the batch's mean loss.
-    fn split_batch(&self, batch: &Self::Batch) -> Vec<BatchPart<Self::Batch>>;
+    fn split_batch(batch: &Self::Batch, parts: usize) -> Vec<BatchPart<Self::Batch>>;
 }
 
 /// A step output made of slices: its loss, and the whole batch's output from its slices'.
@@ -211,14 +214,15 @@ impl<B: Backend> StepOutput<B> for RegressionOutput<B> {
     }
 }
 
-/// The training step of every model of this crate: forward and backward of the batch, or of
-/// its slices on their threads with the gradients summed ([`parallel_backward`]).
-pub fn train_step<B, M>(model: &M, batch: M::Batch) -> TrainOutput<M::Output>
+/// The training step of every model of this crate: forward and backward of the batch, or, with
+/// `threads` above 1, of its slices on that many threads with the gradients summed
+/// ([`parallel_backward`]).
+pub fn train_step<B, M>(model: &M, batch: M::Batch, threads: usize) -> TrainOutput<M::Output>
 where
     B: AutodiffBackend,
     M: SupervisedModel<B> + AutodiffModule<B> + Send,
 {
-    let parts = model.split_batch(&batch);
+    let parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
         let output = model.batch_output(&batch);
         return TrainOutput::new(model, output.loss().backward(), output);
@@ -233,14 +237,14 @@ where
     }
 }
 
-/// The inference (validation) step of every model of this crate: the batch's output, or its
-/// slices' on their threads ([`parallel_forward`]).
-pub fn inference_step<B, M>(model: &M, batch: M::Batch) -> M::Output
+/// The inference (validation) step of every model of this crate: the batch's output, or, with
+/// `threads` above 1, its slices' on that many threads ([`parallel_forward`]).
+pub fn inference_step<B, M>(model: &M, batch: M::Batch, threads: usize) -> M::Output
 where
     B: Backend,
     M: SupervisedModel<B> + Clone + Send,
 {
-    let parts = model.split_batch(&batch);
+    let parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
         return model.batch_output(&batch);
     }
@@ -251,7 +255,8 @@ where
     M::Output::merge(loss, outputs)
 }
 
-/// `SupervisedModel`, `TrainStep` and `InferenceStep` for a model from its loss function.
+/// `SupervisedModel`, and the one-thread `TrainStep` and `InferenceStep`, for a model from its
+/// loss function.
 macro_rules! supervised {
     ($model:ident, $batch:ident, $output:ident, $loss:ident) => {
         impl<B: Backend> SupervisedModel<B> for $model<B> {
@@ -262,8 +267,8 @@ macro_rules! supervised {
                 self.$loss(batch)
             }
 
-            fn split_batch(&self, batch: &$batch<B>) -> Vec<BatchPart<$batch<B>>> {
-                batch.split(self.step_threads())
+            fn split_batch(batch: &$batch<B>, parts: usize) -> Vec<BatchPart<$batch<B>>> {
+                batch.split(parts)
             }
         }
 
@@ -272,7 +277,7 @@ macro_rules! supervised {
             type Output = $output<B>;
 
             fn step(&self, batch: $batch<B>) -> TrainOutput<$output<B>> {
-                train_step(self, batch)
+                train_step(self, batch, 1)
             }
         }
 
@@ -281,7 +286,7 @@ macro_rules! supervised {
             type Output = $output<B>;
 
             fn step(&self, batch: $batch<B>) -> $output<B> {
-                inference_step(self, batch)
+                inference_step(self, batch, 1)
             }
         }
     };

@@ -7,13 +7,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::config::Config;
+use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
+use burn::module::{AutodiffModule, ModuleDisplay};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ElementConversion;
-use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
-use burn::train::{Learner, SupervisedTraining};
+use burn::train::metric::{
+    AccuracyMetric, ItemLazy, LearningRateMetric, LossMetric, PerplexityMetric,
+};
+use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
 
-use super::{Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, WarmupCosineLr};
+use super::{
+    Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard, PlainProgress, SupervisedModel,
+    Threaded, WarmupCosineLr,
+};
 use crate::checkpoint::save_lm;
 use crate::data::loader::{BucketKey, EpochLoader};
 use crate::data::{SequenceBatcher, SequenceItem};
@@ -50,7 +57,7 @@ pub struct LmTrainingConfig {
     /// Target id of unscored positions (`None`: all positions are scored).
     pub ignore_index: Option<usize>,
     /// Threads each training step spreads its batch over (same gradient as one thread; see
-    /// [`Mamba2Lm::with_step_threads`]). Worth the cores of a CPU backend; 1 on a GPU.
+    /// [`Threaded`]). Worth the cores of a CPU backend; 1 on a GPU.
     /// Default: 1.
     #[config(default = 1)]
     pub step_threads: usize,
@@ -176,7 +183,7 @@ pub(crate) fn best_valid_epoch(artifacts: &Path, epochs: usize) -> Option<usize>
 
 /// Checks a run's sizes, creates its artifacts directory, compares the config with the saved
 /// one on resume, and writes it: returns the epoch to resume from.
-pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
+fn prepare_run<C: Config + std::fmt::Display>(
     config: &C,
     batch_size: usize,
     epochs: usize,
@@ -244,7 +251,7 @@ pub(crate) fn prepare_run<C: Config + std::fmt::Display>(
 /// apart by `bucket` when given) and the validation loader (in order, batched by
 /// `valid_batcher`).
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
-pub(crate) fn loaders<B, I, O, OV, D, V, T>(
+fn loaders<B, I, O, OV, D, V, T>(
     train: D,
     valid: V,
     batcher: T,
@@ -290,7 +297,7 @@ where
 
 /// After `launch`: the non-finite error if the guard tripped (naming the last checkpoint
 /// before the bad step), else `metrics.csv`.
-pub(crate) fn finish_run(
+fn finish_run(
     guard: &NonFiniteGuard,
     artifacts: &Path,
     steps_per_epoch: usize,
@@ -311,9 +318,152 @@ pub(crate) fn finish_run(
 }
 
 /// Plain progress lines unless `progress` is `Auto` and stdout is a terminal.
-pub(crate) fn plain_progress(progress: ProgressMode) -> bool {
+fn plain_progress(progress: ProgressMode) -> bool {
     progress == ProgressMode::Plain || !std::io::stdout().is_terminal()
 }
+
+/// What every training run of this crate shares: its schedule, its threads, its data order
+/// and where it writes ([`run_of`] takes them from a run config).
+pub(crate) struct Run<'a> {
+    pub optimizer: &'a Mamba2OptimizerConfig,
+    pub lr: f64,
+    pub min_lr_ratio: f64,
+    pub warmup_fraction: f64,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub seed: u64,
+    pub step_threads: usize,
+    pub artifacts: &'a Path,
+    pub resume: bool,
+    pub progress: ProgressMode,
+}
+
+/// The [`Run`] of a run config (the fields both run configs name alike), its artifacts
+/// directory, resume flag and progress mode.
+macro_rules! run_of {
+    ($config:expr, $artifacts:expr, $resume:expr, $progress:expr) => {
+        $crate::train::runner::Run {
+            optimizer: &$config.optimizer,
+            lr: $config.lr,
+            min_lr_ratio: $config.min_lr_ratio,
+            warmup_fraction: $config.warmup_fraction,
+            batch_size: $config.batch_size,
+            epochs: $config.epochs,
+            seed: $config.seed,
+            step_threads: $config.step_threads,
+            artifacts: $artifacts,
+            resume: $resume,
+            progress: $progress,
+        }
+    };
+}
+pub(crate) use run_of;
+
+/// A run's data: the training and validation sets, their batchers (validation may score
+/// another loss), and the key that batches training items apart (items of one key per batch).
+pub(crate) struct RunData<D, V, T, I> {
+    pub train: D,
+    pub valid: V,
+    pub batcher: T,
+    pub valid_batcher: T,
+    pub bucket: Option<BucketKey<I>>,
+}
+
+/// The Learner's components in a run: the model spread over the run's threads, the warmup +
+/// cosine schedule and the crate's optimizer.
+pub(crate) type RunComponents<B, M> =
+    LearningComponentsMarker<B, WarmupCosineLr, Threaded<B, M>, Mamba2Optimizer<Threaded<B, M>, B>>;
+
+/// The one training run of this crate, for any of its models: checks the sizes, writes (or on
+/// resume compares) `config` as `config.json`, seeds the generator and builds the model with
+/// `init`, loads the data (shuffled per epoch from the seed, continuing at the resumed epoch),
+/// and launches Burn's `Learner` with the learning-rate metric, atomic checkpoints, plain or
+/// TUI progress, resume, the schedule over every step, the non-finite guard and the optimizer.
+/// `configure` adds the run's metrics (its loss among them: a metric reads the output type's
+/// synced form, which only the caller names) and strategies, given the resumed epoch. Returns
+/// the trained model, or the non-finite error ([`finish_run`]).
+#[allow(clippy::type_complexity)]
+pub(crate) fn launch<B, M, C, I, D, V, T>(
+    run: &Run<'_>,
+    config: &C,
+    init: impl FnOnce(&B::Device) -> crate::Result<M>,
+    data: RunData<D, V, T, I>,
+    device: &B::Device,
+    configure: impl FnOnce(
+        SupervisedTraining<RunComponents<B, M>>,
+        Option<usize>,
+    ) -> SupervisedTraining<RunComponents<B, M>>,
+) -> crate::Result<M::InnerModule>
+where
+    B: AutodiffBackend,
+    C: Config + std::fmt::Display,
+    I: Send + Sync + 'static,
+    D: Dataset<I> + 'static,
+    V: Dataset<I> + 'static,
+    T: Batcher<B, I, M::Batch> + Batcher<B::InnerBackend, I, InnerBatch<B, M>> + Clone + 'static,
+    M: SupervisedModel<B> + AutodiffModule<B> + ModuleDisplay + Send + 'static,
+    M::InnerModule: SupervisedModel<B::InnerBackend> + ModuleDisplay,
+    M::Batch: 'static,
+    M::Output: ItemLazy + 'static,
+    InnerBatch<B, M>: 'static,
+    InnerOutput<B, M>: ItemLazy + 'static,
+{
+    let sizes = (data.train.len(), data.valid.len());
+    let start_epoch = prepare_run(
+        config,
+        run.batch_size,
+        run.epochs,
+        sizes,
+        run.artifacts,
+        run.resume,
+    )?;
+    B::seed(device, run.seed);
+    let model = Threaded::new(init(device)?, run.step_threads);
+    let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
+        data.train,
+        data.valid,
+        data.batcher,
+        data.valid_batcher,
+        run.batch_size,
+        run.seed,
+        start_epoch,
+        data.bucket,
+        device,
+    );
+    let steps_per_epoch = dl_train.batches_per_epoch();
+    let scheduler = WarmupCosineLr::from_fractions(
+        run.lr,
+        run.min_lr_ratio,
+        run.warmup_fraction,
+        steps_per_epoch * run.epochs,
+    );
+    let mut training = SupervisedTraining::new(run.artifacts, dl_train, dl_valid)
+        .metric_train_numeric(LearningRateMetric::new())
+        .with_file_checkpointer(crate::CheckpointRecorder::default())
+        .num_epochs(run.epochs);
+    if plain_progress(run.progress) {
+        training = training.renderer(PlainProgress::new(4));
+    }
+    if let Some(epoch) = start_epoch {
+        training = training.checkpoint(epoch);
+    }
+    let training = configure(training, start_epoch);
+    let guard = NonFiniteGuard::new(Some(training.interrupter()));
+    let optimizer = run.optimizer.init::<B, Threaded<B, M>>(guard.clone());
+    let result = training.launch(Learner::new(model, optimizer, scheduler));
+    finish_run(&guard, run.artifacts, steps_per_epoch, run.epochs)?;
+    Ok(result.model.into_inner())
+}
+
+/// The batch of a model's inference form.
+pub(crate) type InnerBatch<B, M> = <<M as AutodiffModule<B>>::InnerModule as SupervisedModel<
+    <B as AutodiffBackend>::InnerBackend,
+>>::Batch;
+
+/// The step output of a model's inference form.
+pub(crate) type InnerOutput<B, M> = <<M as AutodiffModule<B>>::InnerModule as SupervisedModel<
+    <B as AutodiffBackend>::InnerBackend,
+>>::Output;
 
 /// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
 /// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
@@ -346,43 +496,6 @@ where
     let vocab = config.model.padded_vocab_size();
     check_sequence_tokens(&train, "train data", vocab, config.ignore_index)?;
     check_sequence_tokens(&valid, "validation data", vocab, config.ignore_index)?;
-    let start_epoch = prepare_run(
-        config,
-        config.batch_size,
-        config.epochs,
-        (train.len(), valid.len()),
-        artifacts,
-        resume,
-    )?;
-
-    B::seed(device, config.seed);
-    let model = config
-        .model
-        .init::<B>(device)?
-        .with_step_threads(config.step_threads);
-    let batcher = SequenceBatcher {
-        ignore_index: config.ignore_index,
-    };
-    let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
-        train,
-        valid,
-        batcher.clone(),
-        batcher,
-        config.batch_size,
-        config.seed,
-        start_epoch,
-        // sequences of different lengths (a mixed training set) are batched apart
-        Some(Arc::new(|item: &SequenceItem| item.input.len())),
-        device,
-    );
-    let steps_per_epoch = dl_train.batches_per_epoch();
-    let total_steps = steps_per_epoch * config.epochs;
-    let scheduler = WarmupCosineLr::from_fractions(
-        config.lr,
-        config.min_lr_ratio,
-        config.warmup_fraction,
-        total_steps,
-    );
     let accuracy = || match config.ignore_index {
         Some(i) => AccuracyMetric::new().with_pad_token(i),
         None => AccuracyMetric::new(),
@@ -391,27 +504,27 @@ where
         Some(i) => PerplexityMetric::new().with_pad_token(i),
         None => PerplexityMetric::new(),
     };
-    let mut training = SupervisedTraining::new(artifacts, dl_train, dl_valid)
-        .metric_train_numeric(LossMetric::new())
-        .metric_valid_numeric(LossMetric::new())
-        .metric_train_numeric(accuracy())
-        .metric_valid_numeric(accuracy())
-        .metric_valid_numeric(perplexity())
-        .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(crate::CheckpointRecorder::default())
-        .num_epochs(config.epochs);
-    if plain_progress(progress) {
-        training = training.renderer(PlainProgress::new(4));
-    }
-    if let Some(epoch) = start_epoch {
-        training = training.checkpoint(epoch);
-    }
-    let guard = NonFiniteGuard::new(Some(training.interrupter()));
-    let optimizer = config.optimizer.init::<B, Mamba2Lm<B>>(guard.clone());
-    let result = training.launch(Learner::new(model, optimizer, scheduler));
-
-    finish_run(&guard, artifacts, steps_per_epoch, config.epochs)?;
-    let model = result.model;
+    let batcher = SequenceBatcher {
+        ignore_index: config.ignore_index,
+    };
+    let data = RunData {
+        train,
+        valid,
+        batcher: batcher.clone(),
+        valid_batcher: batcher,
+        // sequences of different lengths (a mixed training set) are batched apart
+        bucket: Some(Arc::new(|item: &SequenceItem| item.input.len())),
+    };
+    let run = run_of!(config, artifacts, resume, progress);
+    let init = |device: &B::Device| config.model.init::<B>(device);
+    let model = launch(&run, config, init, data, device, |training, _| {
+        training
+            .metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .metric_train_numeric(accuracy())
+            .metric_valid_numeric(accuracy())
+            .metric_valid_numeric(perplexity())
+    })?;
     save_lm(&model, &config.model, artifacts.join("model"))?;
     Ok(model)
 }
@@ -453,13 +566,13 @@ pub struct LmScores {
 }
 
 /// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
-/// scored). The batches are spread over the model's
-/// [`step_threads`](Mamba2Lm::step_threads).
+/// scored), its batches spread over `threads` threads.
 pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
     model: &Mamba2Lm<B>,
     dataset: &D,
     batch_size: usize,
     ignore_index: Option<usize>,
+    threads: usize,
     device: &B::Device,
 ) -> crate::Result<LmScores> {
     let n = dataset.len();
@@ -475,7 +588,7 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
     // contiguous runs of batches, one per thread
     let mut batches = batches.into_iter();
     let groups: Vec<(Mamba2Lm<B>, Vec<Vec<SequenceItem>>)> =
-        super::split_rows(batches.len(), model.step_threads())
+        super::split_rows(batches.len(), threads)
             .into_iter()
             .map(|(_, len)| (model.clone(), batches.by_ref().take(len).collect()))
             .collect();

@@ -1,0 +1,365 @@
+//! The command line, each task's defaults, and the library configs they give.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use mamba2_burn::data::text::BYTE_VOCAB;
+use mamba2_burn::train::{Mamba2OptimizerConfig, ProgressMode};
+use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Task {
+    /// Multi-query associative recall.
+    Mqar,
+    /// Selective copying.
+    Copy,
+    /// Byte-level language modelling on --text.
+    Lm,
+    /// Time-series forecasting on --csv (standardised, split by time).
+    Forecast,
+    /// Next-interval return of DBN market data (--dbn; needs the `dbn` feature).
+    Market,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// 16 key-value pairs in 128 tokens, vocabulary 256.
+    Default,
+    /// 64 key-value pairs in 512 tokens, vocabulary 1,024.
+    Hard,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HeadArg {
+    /// The last token's hidden state.
+    Last,
+    /// Every token's hidden state (PatchTST's flatten head).
+    Flatten,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LossArg {
+    /// Mean squared error.
+    Mse,
+    /// Mean absolute error.
+    Mae,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Train a Mamba-2 language model with Burn's Learner")]
+pub struct Args {
+    /// The task.
+    #[arg(long, value_enum, default_value_t = Task::Mqar)]
+    pub task: Task,
+    /// Text file for --task lm.
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// LM: the documents of --text each end with this (`\n`, `\t` and `\\` escapes; default
+    /// a blank line, `\n\n`); no state flows from one document into the next. An empty
+    /// string: no documents, windows of plain text.
+    #[arg(long)]
+    pub separator: Option<String>,
+    /// Width of the residual stream.
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Number of blocks.
+    #[arg(long)]
+    pub n_layer: Option<usize>,
+    /// SSM state size per head.
+    #[arg(long)]
+    pub d_state: Option<usize>,
+    /// Head dimension.
+    #[arg(long)]
+    pub headdim: Option<usize>,
+    /// Chunk length of the SSD.
+    #[arg(long)]
+    pub chunk_size: Option<usize>,
+    /// Range of the initial step sizes `dt` (log-uniform), as `MIN,MAX` (default 0.00001,0.001
+    /// for MQAR, 0.001,0.1 otherwise).
+    #[arg(long, value_delimiter = ',')]
+    pub dt_range: Option<Vec<f64>>,
+    /// Range of the initial decay rates `-A` (uniform), as `LO,HI` (default 1,16).
+    #[arg(long, value_delimiter = ',')]
+    pub a_init_range: Option<Vec<f64>>,
+    /// Sequence length.
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Sequences per batch.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Passes over the training set.
+    #[arg(long, conflicts_with = "steps")]
+    pub epochs: Option<usize>,
+    /// Total optimizer steps (rounded up to whole epochs).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// AdamW weight decay of the matrices (default 0.1).
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Seed of the weights, the data and its order.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Artifacts directory (default artifacts/<task>).
+    #[arg(long)]
+    pub artifacts: Option<PathBuf>,
+    /// Continue the run in --artifacts from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// cpu, wgpu (with the `wgpu` feature) or cuda (with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Threads each training step spreads its batch over (default: the available cores on
+    /// cpu, 1 on cuda).
+    #[arg(long)]
+    pub step_threads: Option<usize>,
+    /// MQAR: the task's size: `default` (16 key-value pairs in 128 tokens, vocabulary 256) or
+    /// `hard` (64 pairs in 512 tokens, vocabulary 1,024; the longest point of the Mamba-2
+    /// paper's MQAR figure); --kv-pairs, --seq-len and --vocab override either.
+    #[arg(long, value_enum, default_value_t = Preset::Default)]
+    pub preset: Preset,
+    /// MQAR: key-value pairs per sequence.
+    #[arg(long)]
+    pub kv_pairs: Option<usize>,
+    /// MQAR and copy: vocabulary size.
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// Copy: data tokens to copy.
+    #[arg(long, default_value_t = 16)]
+    pub n_data: usize,
+    /// Synthetic tasks: training sequences per epoch.
+    #[arg(long)]
+    pub train_size: Option<usize>,
+    /// Forecast: the CSV file (a timestamp column, then numeric columns).
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Forecast: columns used as inputs and forecast (comma separated; default all numeric).
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Vec<String>,
+    /// Forecast: steps of history per window.
+    #[arg(long, default_value_t = 96)]
+    pub lookback: usize,
+    /// Forecast: steps forecast.
+    #[arg(long, default_value_t = 96)]
+    pub horizon: usize,
+    /// Forecast: all variables in one sequence instead of one sequence per variable.
+    #[arg(long)]
+    pub channel_mixing: bool,
+    /// Forecast: no reversible instance normalisation.
+    #[arg(long)]
+    pub no_revin: bool,
+    /// Forecast: time steps per token (PatchTST's patches; default 16, 1: one token per step).
+    #[arg(long)]
+    pub patch_len: Option<usize>,
+    /// Forecast: steps between patch starts (default: half the patch length).
+    #[arg(long)]
+    pub patch_stride: Option<usize>,
+    /// Forecast: the head reads the last token (`last`) or every token (`flatten`, the default).
+    #[arg(long, value_enum)]
+    pub head: Option<HeadArg>,
+    /// Forecast: dropout before the head (default 0.3).
+    #[arg(long)]
+    pub head_dropout: Option<f64>,
+    /// Forecast: stop after this many epochs without a better validation loss (default 3; 0:
+    /// never).
+    #[arg(long)]
+    pub patience: Option<usize>,
+    /// Forecast: the training loss (default mae; validation and test report both).
+    #[arg(long, value_enum)]
+    pub loss: Option<LossArg>,
+    /// Market: DBN files (MBP-1, trades or OHLCV; .dbn or .dbn.zst).
+    #[arg(long, num_args = 1..)]
+    pub dbn: Vec<PathBuf>,
+    /// Market: grid interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub interval_ms: u64,
+    /// Market: instrument id (default: the one with the most grid rows).
+    #[arg(long)]
+    pub instrument: Option<u32>,
+    /// Plain progress lines even on a terminal.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+/// Per-task defaults of the model, the data and the schedule.
+pub struct Defaults {
+    pub d_model: usize,
+    pub n_layer: usize,
+    pub d_state: usize,
+    pub headdim: usize,
+    pub chunk_size: usize,
+    pub seq_len: usize,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub lr: f64,
+    pub train_size: usize,
+    pub vocab: usize,
+    /// Range of the initial `dt` (`None`: the reference's 0.001..0.1).
+    pub dt_range: Option<(f64, f64)>,
+}
+
+pub fn defaults(task: Task, preset: Preset) -> Defaults {
+    match task {
+        Task::Mqar if preset == Preset::Hard => Defaults {
+            chunk_size: 64,
+            seq_len: 512,
+            vocab: 1024,
+            ..defaults(Task::Mqar, Preset::Default)
+        },
+        Task::Mqar => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 128,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 128,
+            batch_size: 32,
+            epochs: 12,
+            lr: 1e-2,
+            train_size: 8192,
+            vocab: 256,
+            // heads that remember the whole sequence from the start (see README, Training)
+            dt_range: Some((1e-5, 1e-3)),
+        },
+        Task::Copy => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 128,
+            batch_size: 32,
+            epochs: 4,
+            lr: 5e-3,
+            train_size: 4096,
+            vocab: 16,
+            dt_range: None,
+        },
+        Task::Forecast => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 16,
+            seq_len: 0,
+            batch_size: 32,
+            epochs: 10,
+            lr: 3e-4,
+            train_size: 0,
+            vocab: 0,
+            dt_range: None,
+        },
+        Task::Market => Defaults {
+            d_model: 64,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 16,
+            chunk_size: 32,
+            seq_len: 0,
+            batch_size: 32,
+            epochs: 2,
+            lr: 1e-3,
+            train_size: 0,
+            vocab: 0,
+            dt_range: None,
+        },
+        Task::Lm => Defaults {
+            d_model: 128,
+            n_layer: 2,
+            d_state: 32,
+            headdim: 32,
+            chunk_size: 64,
+            seq_len: 128,
+            batch_size: 16,
+            epochs: 1,
+            lr: 3e-3,
+            train_size: 0,
+            vocab: BYTE_VOCAB,
+            dt_range: None,
+        },
+    }
+}
+
+pub fn artifacts_dir(args: &Args, task_name: &str) -> PathBuf {
+    args.artifacts
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("artifacts").join(task_name))
+}
+
+pub fn progress_mode(args: &Args) -> ProgressMode {
+    if args.plain {
+        ProgressMode::Plain
+    } else {
+        ProgressMode::Auto
+    }
+}
+
+/// The backbone of the flags, over the task's defaults.
+pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig, String> {
+    let pair = |flag: &str, values: &Option<Vec<f64>>| match values.as_deref() {
+        None => Ok(None),
+        Some(&[a, b]) => Ok(Some((a, b))),
+        Some(other) => Err(format!("{flag} takes two values, got {other:?}")),
+    };
+    let mut mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
+        .with_d_state(args.d_state.unwrap_or(d.d_state))
+        .with_headdim(args.headdim.unwrap_or(d.headdim))
+        .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
+    if let Some((min, max)) = pair("--dt-range", &args.dt_range)?.or(d.dt_range) {
+        mixer = mixer.with_dt_min(min).with_dt_max(max);
+    }
+    if let Some(range) = pair("--a-init-range", &args.a_init_range)? {
+        mixer = mixer.with_a_init_range(range);
+    }
+    Ok(Mamba2BackboneConfig::new(
+        args.n_layer.unwrap_or(d.n_layer),
+        mixer,
+    ))
+}
+
+pub fn epochs_for(args: &Args, d: &Defaults, steps_per_epoch: usize) -> usize {
+    match (args.epochs, args.steps) {
+        (Some(e), _) => e,
+        (None, Some(s)) => s.div_ceil(steps_per_epoch.max(1)).max(1),
+        (None, None) => d.epochs,
+    }
+}
+
+/// The bytes of `--separator`, with `\n`, `\t` and `\\` escapes.
+pub fn unescape(text: &str) -> Vec<u8> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out.into_bytes()
+}
+
+/// The optimizer with `--weight-decay`, if given.
+pub fn optimizer(args: &Args) -> Mamba2OptimizerConfig {
+    let config = Mamba2OptimizerConfig::new();
+    match args.weight_decay {
+        Some(wd) => config.with_weight_decay(wd),
+        None => config,
+    }
+}
+
+/// `--step-threads`, else the available cores on the cpu and 1 on a GPU.
+pub fn step_threads(args: &Args) -> usize {
+    crate::common::step_threads(args.step_threads, &args.device)
+}
