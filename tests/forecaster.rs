@@ -88,22 +88,20 @@ fn sines_csv() -> String {
     csv
 }
 
+/// The windows of [`sines_csv`]: 32 steps of both columns in, 6 steps of `targets` (names;
+/// empty: both columns) out, split 70/10/20.
+fn sines(targets: &[String]) -> ForecastData {
+    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
+    let split = Split::Fractions {
+        train: 0.7,
+        test: 0.2,
+    };
+    ForecastData::new(&series, Path::new("sines.csv"), &[], targets, 32, 6, split).unwrap()
+}
+
 #[test]
 fn training_steps_lower_the_forecast_error_on_a_csv_series() {
-    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
-    let data = ForecastData::new(
-        &series,
-        Path::new("sines.csv"),
-        &[],
-        &[],
-        32,
-        6,
-        Split::Fractions {
-            train: 0.7,
-            test: 0.2,
-        },
-    )
-    .unwrap();
+    let data = sines(&[]);
     let dev = Default::default();
     let _rng = common::seeded(5);
     let mut model: Mamba2Forecaster<A> = config(2, 2, true, true).init(&dev).unwrap();
@@ -142,20 +140,7 @@ fn training_steps_lower_the_forecast_error_on_a_csv_series() {
 fn direction_accuracy_counts_the_signs_of_the_first_step() {
     use mamba2_burn::data::timeseries::Standardizer;
     use mamba2_burn::train::direction_accuracy;
-    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
-    let data = ForecastData::new(
-        &series,
-        Path::new("sines.csv"),
-        &[],
-        &["b".into(), "a".into()],
-        32,
-        6,
-        Split::Fractions {
-            train: 0.7,
-            test: 0.2,
-        },
-    )
-    .unwrap();
+    let data = sines(&["b".into(), "a".into()]);
     assert_eq!(data.test.target_columns(), [1, 0]);
     let dev = Default::default();
     let _rng = common::seeded(11);
@@ -477,12 +462,11 @@ fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
         evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode,
     };
     let dir = tempfile::tempdir().unwrap();
-    let series = TimeSeries::from_reader(sines_csv().as_bytes(), Path::new("sines.csv")).unwrap();
+    let data = sines(&[]);
     let split = Split::Fractions {
         train: 0.7,
         test: 0.2,
     };
-    let data = ForecastData::new(&series, Path::new("sines.csv"), &[], &[], 32, 6, split).unwrap();
     // validation windows of faster oscillations than the training ones: the better the model
     // continues the training series, the worse it does on these after a point
     let mut fast = String::from("date,a,b\n");
