@@ -23,7 +23,7 @@ use crate::activation::softplus_f32;
 use crate::backbone::Mamba2Backbone;
 use crate::error::Mamba2Error;
 use crate::mixer::{DtLimit, Mamba2};
-use crate::norm::RmsNorm;
+use crate::norm::{RmsNorm, RmsNormGated};
 
 /// Copies a tensor to a host `Vec<f32>`.
 fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
@@ -211,61 +211,61 @@ fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// An RMSNorm on the host: `x · (mean(x²) + eps)^(-1/2) · weight`.
+/// An RMSNorm on the host: `x · (mean(x²) + eps)^(-1/2) · weight` over each group of
+/// `group_size` channels (the whole width for a plain RMSNorm).
 #[derive(Clone, Debug)]
 struct CpuRmsNorm {
     weight: Vec<f32>,
     eps: f32,
+    group_size: usize,
 }
 
 impl CpuRmsNorm {
     fn from_norm<B: Backend>(norm: &RmsNorm<B>) -> Self {
+        let weight = host_param(&norm.weight);
         Self {
-            weight: host_param(&norm.weight),
+            group_size: weight.len(),
+            weight,
             eps: norm.eps as f32,
         }
     }
 
-    /// Normalises `x` in place (`x` as wide as the weight, or one group of it: `weight`).
-    fn apply(x: &mut [f32], weight: &[f32], eps: f32) {
-        let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        for (v, w) in x.iter_mut().zip(weight) {
-            *v = *v * inv * w;
+    fn from_gated_norm<B: Backend>(norm: &RmsNormGated<B>) -> Self {
+        Self {
+            weight: host_param(&norm.weight),
+            eps: norm.eps as f32,
+            group_size: norm.group_size,
         }
     }
 
+    /// # Shapes
+    /// - x: `[weight.len()]`, normalised in place
     fn forward_in_place(&self, x: &mut [f32]) {
-        Self::apply(x, &self.weight, self.eps);
+        let groups = x.chunks_mut(self.group_size);
+        for (xg, wg) in groups.zip(self.weight.chunks(self.group_size)) {
+            let ms = xg.iter().map(|v| v * v).sum::<f32>() / xg.len() as f32;
+            let inv = 1.0 / (ms + self.eps).sqrt();
+            for (v, w) in xg.iter_mut().zip(wg) {
+                *v = *v * inv * w;
+            }
+        }
     }
 }
 
-/// The mixer's output gate on the host: `y · silu(z)`, with the gated RMSNorm (per group of
-/// `group_size` channels, before or after the gate) when the mixer has one.
+/// The mixer's output gate on the host: `y · silu(z)`, with the gated RMSNorm before or after
+/// the gate when the mixer has one.
 #[derive(Clone, Debug)]
 struct CpuGate {
-    /// The gated norm's weight `[d_inner]` (`None`: the gate alone).
-    norm_weight: Option<Vec<f32>>,
-    group_size: usize,
-    eps: f32,
+    norm: Option<CpuRmsNorm>,
+    /// With a norm: normalise, then gate (else gate, then normalise).
     norm_before_gate: bool,
 }
 
 impl CpuGate {
     fn from_mixer<B: Backend>(m: &Mamba2<B>) -> Self {
-        match &m.norm {
-            Some(norm) => Self {
-                norm_weight: Some(host_param(&norm.weight)),
-                group_size: norm.group_size,
-                eps: norm.eps as f32,
-                norm_before_gate: norm.norm_before_gate,
-            },
-            None => Self {
-                norm_weight: None,
-                group_size: m.d_inner,
-                eps: 0.0,
-                norm_before_gate: false,
-            },
+        Self {
+            norm: m.norm.as_ref().map(CpuRmsNorm::from_gated_norm),
+            norm_before_gate: m.norm.as_ref().is_some_and(|norm| norm.norm_before_gate),
         }
     }
 
@@ -277,23 +277,16 @@ impl CpuGate {
                 *yv *= silu(*zv);
             }
         };
-        let Some(weight) = &self.norm_weight else {
-            return gate(y);
-        };
-        let norm = |y: &mut [f32]| {
-            for (yg, wg) in y
-                .chunks_mut(self.group_size)
-                .zip(weight.chunks(self.group_size))
-            {
-                CpuRmsNorm::apply(yg, wg, self.eps);
+        match &self.norm {
+            None => gate(y),
+            Some(norm) if self.norm_before_gate => {
+                norm.forward_in_place(y);
+                gate(y);
             }
-        };
-        if self.norm_before_gate {
-            norm(y);
-            gate(y);
-        } else {
-            gate(y);
-            norm(y);
+            Some(norm) => {
+                gate(y);
+                norm.forward_in_place(y);
+            }
         }
     }
 }
@@ -442,10 +435,7 @@ impl CpuMixer {
             },
             ssm: CpuSsm {
                 dt_bias: host_param(&m.dt_bias),
-                dt_limit: DtLimit {
-                    min: m.dt_limit.0,
-                    max: m.dt_limit.1,
-                },
+                dt_limit: m.dt_limit(),
                 a: host_param(&m.a_log).iter().map(|v| -v.exp()).collect(),
                 d: host_param(&m.d),
                 h: m.nheads,

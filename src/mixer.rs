@@ -727,12 +727,18 @@ impl<B: Backend> Mamba2<B> {
     /// - dt: `[..., h]`; returns the same shape
     fn dt_activation<const D: usize>(&self, dt: Tensor<B, D>) -> Tensor<B, D> {
         let x = upcast(dt) + upcast(self.dt_bias.val()).unsqueeze::<D>();
-        let (min, max) = self.dt_limit;
-        if (DtLimit { min, max }).is_active() {
-            softplus_clamped(x, min, max)
+        let limit = self.dt_limit();
+        if limit.is_active() {
+            softplus_clamped(x, limit.min, limit.max)
         } else {
             softplus(x)
         }
+    }
+
+    /// The bounds of `dt` (stored as a pair: a module field must be a module or a constant).
+    pub(crate) fn dt_limit(&self) -> DtLimit {
+        let (min, max) = self.dt_limit;
+        DtLimit { min, max }
     }
 
     /// `A = -exp(A_log)`, `[h]`, in f32 or wider.

@@ -13,7 +13,7 @@ use burn::train::metric::LossMetric;
 
 use super::runner::{best_valid_epoch, launch, run_of, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
-use super::{ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, ProgressMode, Threaded};
+use super::{ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, ProgressMode};
 use crate::checkpoint::{load_module_record, save_config, save_record};
 use crate::data::timeseries::{Standardizer, WindowBatcher, WindowDataset, WindowItem};
 use crate::error::Mamba2Error;
@@ -113,8 +113,7 @@ where
     if config.restore_best {
         if let Some(epoch) = best_valid_epoch(artifacts, config.epochs) {
             let checkpoint = artifacts.join("checkpoint").join(format!("model-{epoch}"));
-            // the Learner's checkpoints hold the model under `Threaded`
-            model = load_module_record(Threaded::new(model, 1), checkpoint, device)?.into_inner();
+            model = load_module_record(model, checkpoint, device)?;
         }
     }
     save_forecaster(&model, &config.model, artifacts.join("model"))?;
@@ -174,7 +173,6 @@ pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
     batch_size: usize,
     device: &B::Device,
 ) -> crate::Result<ForecastScores> {
-    let batcher = WindowBatcher::new(lookback, model.horizon());
     let (mut se, mut ae, mut count) = (0.0f64, 0.0f64, 0usize);
     let n = dataset.len();
     if n == 0 {
@@ -183,11 +181,7 @@ pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
             reason: "no windows to evaluate".into(),
         });
     }
-    for start in (0..n).step_by(batch_size.max(1)) {
-        let items: Vec<WindowItem> = (start..(start + batch_size).min(n))
-            .filter_map(|i| dataset.get(i))
-            .collect();
-        let batch: ForecastBatch<B> = batcher.batch(items, device);
+    for batch in window_batches(dataset, lookback, model.horizon(), batch_size, device) {
         let error = model.forward(batch.inputs)? - batch.targets;
         count += error.shape().num_elements();
         se += error.clone().square().sum().into_scalar().elem::<f64>();
@@ -224,14 +218,8 @@ pub fn direction_accuracy<B: Backend>(
             ),
         });
     }
-    let batcher = WindowBatcher::new(lookback, model.horizon());
     let (mut hits, mut counted) = (0usize, 0usize);
-    let n = dataset.len();
-    for start in (0..n).step_by(batch_size.max(1)) {
-        let items: Vec<WindowItem> = (start..(start + batch_size).min(n))
-            .filter_map(|i| dataset.get(i))
-            .collect();
-        let batch: ForecastBatch<B> = batcher.batch(items, device);
+    for batch in window_batches(dataset, lookback, model.horizon(), batch_size, device) {
         let [b, _, _] = batch.targets.dims();
         // the first forecast step: [b, n_targets]
         let first = |t: Tensor<B, 3>| -> Vec<f32> {
@@ -261,4 +249,23 @@ pub fn direction_accuracy<B: Backend>(
         });
     }
     Ok(hits as f64 / counted as f64)
+}
+
+/// The windows of `dataset` in order, as batches of `batch_size` (at least 1) with `horizon`
+/// target steps.
+fn window_batches<'a, B: Backend, D: Dataset<WindowItem>>(
+    dataset: &'a D,
+    lookback: usize,
+    horizon: usize,
+    batch_size: usize,
+    device: &'a B::Device,
+) -> impl Iterator<Item = ForecastBatch<B>> + 'a {
+    let batcher = WindowBatcher::new(lookback, horizon);
+    let (n, size) = (dataset.len(), batch_size.max(1));
+    (0..n).step_by(size).map(move |start| {
+        let items: Vec<WindowItem> = (start..(start + size).min(n))
+            .filter_map(|i| dataset.get(i))
+            .collect();
+        batcher.batch(items, device)
+    })
 }

@@ -68,9 +68,9 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
         self.model
     }
 
-    /// The same thread count around another model.
-    fn around<B2: Backend, M2: Module<B2>>(&self, model: M2) -> Threaded<B2, M2> {
-        Threaded::new(model, self.threads)
+    /// `f` of the model, with the same thread count.
+    fn map_model<B2: Backend, M2: Module<B2>>(self, f: impl FnOnce(M) -> M2) -> Threaded<B2, M2> {
+        Threaded::new(f(self.model), self.threads)
     }
 }
 
@@ -84,13 +84,11 @@ impl<B: Backend, M: Module<B>> Module<B> for Threaded<B, M> {
     }
 
     fn fork(self, device: &B::Device) -> Self {
-        let threads = self.threads;
-        Self::new(self.model.fork(device), threads)
+        self.map_model(|m| m.fork(device))
     }
 
     fn to_device(self, device: &B::Device) -> Self {
-        let threads = self.threads;
-        Self::new(self.model.to_device(device), threads)
+        self.map_model(|m| m.to_device(device))
     }
 
     fn visit<V: ModuleVisitor<B>>(&self, visitor: &mut V) {
@@ -98,13 +96,11 @@ impl<B: Backend, M: Module<B>> Module<B> for Threaded<B, M> {
     }
 
     fn map<Mapper: ModuleMapper<B>>(self, mapper: &mut Mapper) -> Self {
-        let threads = self.threads;
-        Self::new(self.model.map(mapper), threads)
+        self.map_model(|m| m.map(mapper))
     }
 
     fn load_record(self, record: M::Record) -> Self {
-        let threads = self.threads;
-        Self::new(self.model.load_record(record), threads)
+        self.map_model(|m| m.load_record(record))
     }
 
     fn into_record(self) -> M::Record {
@@ -116,12 +112,11 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> AutodiffModule<B> for Threaded<B,
     type InnerModule = Threaded<B::InnerBackend, M::InnerModule>;
 
     fn valid(&self) -> Self::InnerModule {
-        self.around(self.model.valid())
+        Threaded::new(self.model.valid(), self.threads)
     }
 
     fn from_inner(module: Self::InnerModule) -> Self {
-        let threads = module.threads;
-        Self::new(M::from_inner(module.model), threads)
+        module.map_model(M::from_inner)
     }
 }
 
