@@ -36,13 +36,13 @@ mod common;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
 use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig};
+use mamba2_burn::{SsdAutodiffBackend, SsdBackend};
 use serde_json::json;
 
 #[derive(Parser, Debug, Clone)]
@@ -248,7 +248,7 @@ fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
 }
 
 /// Random token ids in `[0, vocab)` (a fixed sequence), `[batch, seq_len]`.
-fn random_ids<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> {
+fn random_ids<B: SsdBackend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> {
     let n = args.batch * args.seq_len;
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let ids: Vec<i64> = (0..n)
@@ -262,13 +262,13 @@ fn random_ids<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> 
     Tensor::from_data(TensorData::new(ids, [args.batch, args.seq_len]), device)
 }
 
-fn random_inputs<B: Backend>(args: &Args, device: &B::Device) -> Tensor<B, 3> {
+fn random_inputs<B: SsdBackend>(args: &Args, device: &B::Device) -> Tensor<B, 3> {
     let shape = [args.batch, args.seq_len, args.d_model];
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
 }
 
 /// Forward + backward + AdamW step of the LM (`--vocab`) or of the backbone, loss mean(out²).
-fn bench_train<B: AutodiffBackend>(
+fn bench_train<B: SsdAutodiffBackend>(
     args: &Args,
     device: &B::Device,
     memory: &DeviceMemory,
@@ -301,7 +301,7 @@ fn train_loop<B, M, const D: usize, K>(
     loss: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 1>> + Sync,
 ) -> mamba2_burn::Result<f64>
 where
-    B: AutodiffBackend,
+    B: SsdAutodiffBackend,
     M: AutodiffModule<B> + Send,
     K: TensorKind<B> + BasicOps<B> + Send,
     Tensor<B, D, K>: Send,
@@ -326,7 +326,7 @@ where
 }
 
 /// Forward of the LM (`--vocab`) or of the backbone, the output read back.
-fn bench_forward<B: Backend>(
+fn bench_forward<B: SsdBackend>(
     args: &Args,
     device: &B::Device,
     memory: &DeviceMemory,
@@ -350,7 +350,7 @@ fn forward_loop<B, M, const D: usize, K>(
     out: impl Fn(&M, Tensor<B, D, K>) -> mamba2_burn::Result<Tensor<B, 3>> + Sync,
 ) -> mamba2_burn::Result<f64>
 where
-    B: Backend,
+    B: SsdBackend,
     M: Clone + Send,
     K: TensorKind<B> + BasicOps<B> + Send,
     Tensor<B, D, K>: Send,
@@ -370,7 +370,7 @@ where
 
 /// Seconds per token of the tensor `step` and of the dedicated CPU step (`cpu::CpuBackbone`),
 /// both batch 1 after the same 16-token chunked prefill.
-fn bench_step<B: Backend>(
+fn bench_step<B: SsdBackend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<(f64, f64), mamba2_burn::Mamba2Error> {
@@ -414,7 +414,7 @@ fn bench_step<B: Backend>(
     Ok((per_run / tokens as f64, cpu_run / cpu_tokens as f64))
 }
 
-fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
+fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
     let h = args.d_model * 2 / args.headdim;
     let (b, l, p, n, g) = (
         args.batch,
@@ -456,7 +456,7 @@ fn bench_ssd<B: Backend>(args: &Args, device: &B::Device) -> (f64, f64) {
 }
 
 /// `--dtype` as the float type of `device` (before any tensor is made on it).
-fn set_dtype<B: Backend>(args: &Args, device: &B::Device) -> Result<(), String> {
+fn set_dtype<B: SsdBackend>(args: &Args, device: &B::Device) -> Result<(), String> {
     let dtype = match args.dtype.as_str() {
         "f32" => return Ok(()),
         "f16" => FloatDType::F16,
@@ -468,7 +468,7 @@ fn set_dtype<B: Backend>(args: &Args, device: &B::Device) -> Result<(), String> 
         .map_err(|e| format!("--dtype {} on --device {}: {e}", args.dtype, args.device))
 }
 
-fn run<B: Backend>(
+fn run<B: SsdBackend>(
     args: &Args,
     device: B::Device,
     memory: DeviceMemory,

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 mod common;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::ElementConversion;
 use clap::Parser;
 use mamba2_burn::load_lm;
 use mamba2_burn::sampling::Sampler;
+use mamba2_burn::SsdBackend;
 
 #[derive(Parser, Debug)]
 #[command(about = "Prefill a prompt and decode greedily with a Mamba-2 checkpoint")]
@@ -57,7 +57,7 @@ struct Args {
     device: String,
 }
 
-fn run<B: Backend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::error::Error>> {
+fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::error::Error>> {
     let prompt: Vec<i64> = args
         .prompt
         .split(',')

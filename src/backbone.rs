@@ -1,5 +1,6 @@
 //! The backbone: a stack of residual blocks and the final norm.
 
+use crate::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
@@ -105,7 +106,9 @@ impl<B: Backend> Mamba2Backbone<B> {
         }
         Ok(())
     }
+}
 
+impl<B: SsdBackend> Mamba2Backbone<B> {
     /// Runs the blocks and returns the residual stream after each one (before `norm_f`)
     /// with the new state.
     ///

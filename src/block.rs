@@ -1,5 +1,6 @@
 //! The pre-norm residual block: `h + Mamba2(RMSNorm(h))`.
 
+use crate::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
@@ -42,7 +43,7 @@ pub struct Mamba2Block<B: Backend> {
     pub mixer: Mamba2<B>,
 }
 
-impl<B: Backend> Mamba2Block<B> {
+impl<B: SsdBackend> Mamba2Block<B> {
     /// # Shapes
     /// - h: `[b, l, d_model]`; returns `[b, l, d_model]` and the mixer's new state
     pub fn forward(

@@ -13,6 +13,7 @@
 //! - a **flatten head** (PatchTST) that maps every token's hidden state to the horizon, beside
 //!   the head on the last token's hidden state that suits streaming.
 
+use crate::SsdBackend;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Linear};
@@ -195,7 +196,7 @@ fn patch_count(lookback: usize, len: usize, stride: usize) -> usize {
     (lookback - len) / stride + 1
 }
 
-impl<B: Backend> Mamba2Forecaster<B> {
+impl<B: SsdBackend> Mamba2Forecaster<B> {
     /// Forecasts the next `horizon` steps from a lookback window.
     ///
     /// The window is cut into patches of `patch_len` steps, `patch_stride` apart, the last
@@ -305,7 +306,9 @@ impl<B: Backend> Mamba2Forecaster<B> {
         };
         Ok(self.head_dropout.forward(features))
     }
+}
 
+impl<B: Backend> Mamba2Forecaster<B> {
     /// Forecast horizon.
     pub fn horizon(&self) -> usize {
         self.horizon

@@ -58,6 +58,10 @@ mod recorder;
 mod regressor;
 pub mod sampling;
 pub mod ssd;
+mod ssd_autodiff;
+mod ssd_backend;
+#[cfg(feature = "cubecl")]
+mod ssd_cube;
 mod state;
 mod streaming;
 #[cfg(feature = "train")]
@@ -74,6 +78,7 @@ pub use mixer::*;
 pub use norm::*;
 pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
 pub use regressor::*;
+pub use ssd_backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdInputs};
 pub use state::*;
 pub use streaming::*;
 

@@ -1,5 +1,6 @@
 //! The causal language model: embedding, backbone, LM head.
 
+use crate::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, Linear};
@@ -104,7 +105,7 @@ pub struct Mamba2Lm<B: Backend> {
     vocab_size: usize,
 }
 
-impl<B: Backend> Mamba2Lm<B> {
+impl<B: SsdBackend> Mamba2Lm<B> {
     /// The (padded) vocabulary size: the width of the logits.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size

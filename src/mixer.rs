@@ -14,6 +14,7 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::norm::{RmsNormGated, RmsNormGatedConfig};
 use crate::ssd::{self, upcast};
 use crate::state::Mamba2State;
+use crate::SsdBackend;
 
 /// Bounds that `dt` is clamped to after the softplus, in every path (chunked and step).
 ///
@@ -436,121 +437,6 @@ impl<B: Backend> Mamba2<B> {
         )
     }
 
-    /// Runs the layer over a sequence, continuing from `state` (a fresh sequence when `None`),
-    /// and returns the output and the state after the last token. Any length works, and
-    /// splitting a sequence into pieces gives the same result as running it whole.
-    ///
-    /// # Shapes
-    /// - x: `[b, l, d_model]`, `l ≥ 1`
-    /// - state: conv `[b, conv_dim, d_conv]`, ssm `[b, h, p, n]`
-    /// - returns `[b, l, d_model]` and the new state
-    pub fn forward(
-        &self,
-        x: Tensor<B, 3>,
-        state: Option<Mamba2State<B>>,
-    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
-        self.forward_inner(x, state, None)
-    }
-
-    /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to
-    /// back, and neither the SSM state nor the convolution reads across a document boundary,
-    /// so every document gets the outputs it would get alone. `state` continues each row's
-    /// first document; the returned state is that of each row's last document.
-    ///
-    /// # Shapes
-    /// - x: `[b, l, d_model]`, documents: `[b, l]`
-    /// - returns `[b, l, d_model]` and the new state
-    pub fn forward_documents(
-        &self,
-        x: Tensor<B, 3>,
-        documents: &Documents<B>,
-        state: Option<Mamba2State<B>>,
-    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
-        self.forward_inner(x, state, Some(documents))
-    }
-
-    /// [`forward`](Self::forward), over packed rows when `documents` are given.
-    pub(crate) fn forward_inner(
-        &self,
-        x: Tensor<B, 3>,
-        state: Option<Mamba2State<B>>,
-        documents: Option<&Documents<B>>,
-    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
-        check_shape(
-            "x",
-            &x.dims(),
-            &[None, None, Some(self.d_model)],
-            "b, l, d_model",
-        )?;
-        let [b, l, _] = x.dims();
-        if l == 0 {
-            return Err(Mamba2Error::Shape {
-                name: "x",
-                expected: "a sequence of at least one token".into(),
-                actual: x.dims().to_vec(),
-            });
-        }
-        if let Some(s) = &state {
-            self.check_state(s, b)?;
-        }
-        if let Some(documents) = documents {
-            documents.check(b, l)?;
-        }
-        let (h, p, g, n) = (self.nheads, self.headdim, self.ngroups, self.d_state);
-
-        let Projected {
-            z,
-            x,
-            b: b_in,
-            c: c_in,
-            dt,
-        } = self.project(x.reshape([b * l, self.d_model]));
-        let previous = match &state {
-            Some(s) => s.conv.clone(),
-            None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&x.device(), x.dtype())),
-        };
-        // per tap j of the convolution (token t - (K-1-j)): whether it is t's document
-        let taps = documents.map(|d| {
-            (0..self.d_conv)
-                .map(|j| d.same_as_shifted(self.d_conv - 1 - j).unsqueeze_dim::<3>(2))
-                .collect::<Vec<_>>()
-        });
-        let ([xs, b_mat, c_mat], conv_state) = self.conv_sequence(
-            [
-                x.reshape([b, l, self.d_inner]),
-                b_in.reshape([b, l, g * n]),
-                c_in.reshape([b, l, g * n]),
-            ],
-            previous,
-            taps.as_deref(),
-        );
-        let xs = xs.reshape([b, l, h, p]);
-        let b_mat = b_mat.reshape([b, l, g, n]);
-        let c_mat = c_mat.reshape([b, l, g, n]);
-        let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
-        let dt = self.dt_activation(dt);
-
-        let (y, ssm_state) = ssd::ssd_chunked_documents(
-            xs.clone(),
-            dt,
-            self.a(),
-            b_mat,
-            c_mat,
-            self.chunk_size,
-            state.map(|s| s.ssm),
-            documents.map(Documents::starts),
-        );
-        let y = y + xs * self.d_skip().unsqueeze::<4>();
-        let y = self.gate_and_project(y.reshape([b, l, self.d_inner]), z);
-        Ok((
-            y,
-            Mamba2State {
-                conv: conv_state,
-                ssm: ssm_state,
-            },
-        ))
-    }
-
     /// One recurrent step: the output for a single new token, in constant time and memory.
     ///
     /// # Shapes
@@ -771,6 +657,123 @@ impl<B: Backend> Mamba2<B> {
         self.out_proj
             .forward(y.reshape([b * l, d]))
             .reshape([b, l, self.d_model])
+    }
+}
+
+impl<B: SsdBackend> Mamba2<B> {
+    /// Runs the layer over a sequence, continuing from `state` (a fresh sequence when `None`),
+    /// and returns the output and the state after the last token. Any length works, and
+    /// splitting a sequence into pieces gives the same result as running it whole.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, `l ≥ 1`
+    /// - state: conv `[b, conv_dim, d_conv]`, ssm `[b, h, p, n]`
+    /// - returns `[b, l, d_model]` and the new state
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        self.forward_inner(x, state, None)
+    }
+
+    /// [`forward`](Self::forward) over packed rows: each row holds the `documents` back to
+    /// back, and neither the SSM state nor the convolution reads across a document boundary,
+    /// so every document gets the outputs it would get alone. `state` continues each row's
+    /// first document; the returned state is that of each row's last document.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, documents: `[b, l]`
+    /// - returns `[b, l, d_model]` and the new state
+    pub fn forward_documents(
+        &self,
+        x: Tensor<B, 3>,
+        documents: &Documents<B>,
+        state: Option<Mamba2State<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        self.forward_inner(x, state, Some(documents))
+    }
+
+    /// [`forward`](Self::forward), over packed rows when `documents` are given.
+    pub(crate) fn forward_inner(
+        &self,
+        x: Tensor<B, 3>,
+        state: Option<Mamba2State<B>>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model)],
+            "b, l, d_model",
+        )?;
+        let [b, l, _] = x.dims();
+        if l == 0 {
+            return Err(Mamba2Error::Shape {
+                name: "x",
+                expected: "a sequence of at least one token".into(),
+                actual: x.dims().to_vec(),
+            });
+        }
+        if let Some(s) = &state {
+            self.check_state(s, b)?;
+        }
+        if let Some(documents) = documents {
+            documents.check(b, l)?;
+        }
+        let (h, p, g, n) = (self.nheads, self.headdim, self.ngroups, self.d_state);
+
+        let Projected {
+            z,
+            x,
+            b: b_in,
+            c: c_in,
+            dt,
+        } = self.project(x.reshape([b * l, self.d_model]));
+        let previous = match &state {
+            Some(s) => s.conv.clone(),
+            None => Tensor::zeros([b, self.conv_dim(), self.d_conv], (&x.device(), x.dtype())),
+        };
+        // per tap j of the convolution (token t - (K-1-j)): whether it is t's document
+        let taps = documents.map(|d| {
+            (0..self.d_conv)
+                .map(|j| d.same_as_shifted(self.d_conv - 1 - j).unsqueeze_dim::<3>(2))
+                .collect::<Vec<_>>()
+        });
+        let ([xs, b_mat, c_mat], conv_state) = self.conv_sequence(
+            [
+                x.reshape([b, l, self.d_inner]),
+                b_in.reshape([b, l, g * n]),
+                c_in.reshape([b, l, g * n]),
+            ],
+            previous,
+            taps.as_deref(),
+        );
+        let xs = xs.reshape([b, l, h, p]);
+        let b_mat = b_mat.reshape([b, l, g, n]);
+        let c_mat = c_mat.reshape([b, l, g, n]);
+        let (z, dt) = (z.reshape([b, l, self.d_inner]), dt.reshape([b, l, h]));
+        let dt = self.dt_activation(dt);
+
+        let (y, ssm_state) = ssd::ssd_chunked_documents(
+            xs.clone(),
+            dt,
+            self.a(),
+            b_mat,
+            c_mat,
+            self.chunk_size,
+            state.map(|s| s.ssm),
+            documents.map(Documents::starts),
+        );
+        let y = y + xs * self.d_skip().unsqueeze::<4>();
+        let y = self.gate_and_project(y.reshape([b, l, self.d_inner]), z);
+        Ok((
+            y,
+            Mamba2State {
+                conv: conv_state,
+                ssm: ssm_state,
+            },
+        ))
     }
 }
 

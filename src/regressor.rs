@@ -1,5 +1,6 @@
 //! A sequence regressor for time series: a linear input layer, the backbone, a linear output.
 
+use crate::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
@@ -56,7 +57,7 @@ pub struct Mamba2Regressor<B: Backend> {
     pub output: Linear<B>,
 }
 
-impl<B: Backend> Mamba2Regressor<B> {
+impl<B: SsdBackend> Mamba2Regressor<B> {
     /// Number of input features.
     pub fn n_features(&self) -> usize {
         self.input.weight.dims()[0]

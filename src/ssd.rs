@@ -28,6 +28,9 @@
 
 use burn::tensor::{backend::Backend, Bool, DType, Tensor};
 
+use crate::ssd_backend::{float, primitive};
+use crate::{SsdBackend, SsdInputs};
+
 /// The float type the SSD computes in for inputs of type `dtype`: `f32` for half types,
 /// the type itself otherwise.
 pub(crate) fn compute_dtype(dtype: DType) -> DType {
@@ -431,7 +434,8 @@ pub(crate) fn chunk_state_output<B: Backend>(
     y * a_cumsum.exp().unsqueeze_dim::<6>(5)
 }
 
-/// The chunked SSD ("4 steps", ssd_minimal form): exact, with matmuls for all heavy work.
+/// The chunked SSD ("4 steps"): exact, on the backend's own path ([`SsdBackend::ssd_chunked`]):
+/// fused kernels on the CubeCL backends, [`ssd_chunked_tensor_ops`] elsewhere.
 ///
 /// Any `l` is accepted (padding to a multiple of `chunk_size` is internal), any chunk size
 /// `q ≥ 1`. Returns `y` (without the `D·x` skip) and the final state, which continues the
@@ -442,7 +446,7 @@ pub(crate) fn chunk_state_output<B: Backend>(
 /// - b_mat, c_mat: `[b, l, g, n]`, with `h % g == 0`
 /// - initial_state: `[b, h, p, n]` (zeros when `None`)
 /// - returns y `[b, l, h, p]` and the final state `[b, h, p, n]`
-pub fn ssd_chunked<B: Backend>(
+pub fn ssd_chunked<B: SsdBackend>(
     x: Tensor<B, 4>,
     dt: Tensor<B, 3>,
     a: Tensor<B, 1>,
@@ -461,7 +465,37 @@ pub fn ssd_chunked<B: Backend>(
 /// - as [`ssd_chunked`], and starts: `[b, l]` (1 at a start, else 0; a start at `t = 0` drops
 ///   the initial state)
 #[allow(clippy::too_many_arguments)]
-pub fn ssd_chunked_documents<B: Backend>(
+pub fn ssd_chunked_documents<B: SsdBackend>(
+    x: Tensor<B, 4>,
+    dt: Tensor<B, 3>,
+    a: Tensor<B, 1>,
+    b_mat: Tensor<B, 4>,
+    c_mat: Tensor<B, 4>,
+    chunk_size: usize,
+    initial_state: Option<Tensor<B, 4>>,
+    starts: Option<Tensor<B, 2>>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let (y, state) = B::ssd_chunked(SsdInputs {
+        x: primitive(x),
+        dt: primitive(dt),
+        a: primitive(a),
+        b_mat: primitive(b_mat),
+        c_mat: primitive(c_mat),
+        initial_state: initial_state.map(primitive),
+        starts: starts.map(primitive),
+        chunk_size,
+    });
+    (float(y), float(state))
+}
+
+/// [`ssd_chunked_documents`] as tensor operations ("4 steps", ssd_minimal form, with matmuls for
+/// all heavy work), on any backend: the default [`SsdBackend::ssd_chunked`], and what the fused
+/// kernels are tested against.
+///
+/// # Shapes
+/// - as [`ssd_chunked_documents`]
+#[allow(clippy::too_many_arguments)]
+pub fn ssd_chunked_tensor_ops<B: Backend>(
     x: Tensor<B, 4>,
     dt: Tensor<B, 3>,
     a: Tensor<B, 1>,

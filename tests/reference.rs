@@ -21,12 +21,12 @@ use std::path::{Path, PathBuf};
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{ModuleVisitor, Param};
 use burn::store::{ModuleStore, SafetensorsStore};
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use mamba2_burn::train::masked_cross_entropy;
 use mamba2_burn::{
     load_backbone, load_lm, pytorch_name, read_config, BackboneState, CheckpointFormat,
 };
+use mamba2_burn::{SsdAutodiffBackend, SsdBackend};
 
 const FORWARD_TOL: f64 = 1e-4;
 const GRAD_TOL: f64 = 1e-3;
@@ -51,7 +51,7 @@ impl Expected {
         self.0.get(name)
     }
 
-    fn float<B: Backend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D> {
+    fn float<B: SsdBackend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D> {
         let data = self
             .0
             .get(name)
@@ -59,7 +59,7 @@ impl Expected {
         Tensor::from_data(data.clone().convert::<f32>(), dev)
     }
 
-    fn int<B: Backend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D, Int> {
+    fn int<B: SsdBackend, const D: usize>(&self, name: &str, dev: &B::Device) -> Tensor<B, D, Int> {
         let data = self
             .0
             .get(name)
@@ -128,13 +128,13 @@ impl Report {
 }
 
 /// Collects the gradient of every float parameter, by module path.
-struct GradCollector<'a, B: AutodiffBackend> {
+struct GradCollector<'a, B: SsdAutodiffBackend> {
     grads: &'a B::Gradients,
     path: Vec<String>,
     out: BTreeMap<String, TensorData>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for GradCollector<'_, B> {
+impl<B: SsdAutodiffBackend> ModuleVisitor<B> for GradCollector<'_, B> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -164,7 +164,7 @@ fn transpose(data: TensorData) -> TensorData {
 
 /// Compares every parameter gradient with `grad.<checkpoint name>`; every expected gradient
 /// must be matched by one of ours.
-fn compare_grads<B: AutodiffBackend, M: burn::module::Module<B>>(
+fn compare_grads<B: SsdAutodiffBackend, M: burn::module::Module<B>>(
     report: &mut Report,
     model: &M,
     grads: &B::Gradients,
@@ -201,7 +201,7 @@ fn compare_grads<B: AutodiffBackend, M: burn::module::Module<B>>(
     }
 }
 
-fn check_lm_case<B: AutodiffBackend>(
+fn check_lm_case<B: SsdAutodiffBackend>(
     dir: &Path,
     expected: &Expected,
     report: &mut Report,
@@ -295,7 +295,7 @@ fn check_lm_case<B: AutodiffBackend>(
     }
 }
 
-fn check_backbone_case<B: AutodiffBackend>(
+fn check_backbone_case<B: SsdAutodiffBackend>(
     dir: &Path,
     expected: &Expected,
     report: &mut Report,
@@ -350,7 +350,7 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
 
 /// Checks every case in `root` on backend `B` (in reverse order with `reverse`), printing each
 /// case's worst errors under the backend's `name`; the names of the failed cases.
-fn check_cases<B: AutodiffBackend>(name: &str, dev: &B::Device, reverse: bool) -> Vec<String> {
+fn check_cases<B: SsdAutodiffBackend>(name: &str, dev: &B::Device, reverse: bool) -> Vec<String> {
     let root = match std::env::var_os("MAMBA2_REFERENCE_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference"),
@@ -412,7 +412,7 @@ mod wgpu {
     /// The same without kernel fusion.
     type Unfused = Autodiff<CubeBackend<WgpuRuntime, f32, i32, u32>>;
 
-    fn both_orders<B: AutodiffBackend<Device = WgpuDevice>>(name: &str) {
+    fn both_orders<B: SsdAutodiffBackend<Device = WgpuDevice>>(name: &str) {
         let dev = WgpuDevice::default();
         let mut failed = check_cases::<B>(name, &dev, false);
         failed.extend(check_cases::<B>(&format!("{name}, reversed"), &dev, true));

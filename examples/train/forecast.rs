@@ -3,11 +3,11 @@
 use std::time::Instant;
 
 use burn::data::dataset::Dataset;
-use burn::tensor::backend::AutodiffBackend;
 use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
 use mamba2_burn::train::{
     direction_accuracy, evaluate_forecaster, train_forecaster, ForecastLoss, ForecastTrainingConfig,
 };
+use mamba2_burn::SsdAutodiffBackend;
 use mamba2_burn::{ForecastHead, Mamba2ForecasterConfig};
 
 use crate::args::{
@@ -87,7 +87,7 @@ fn market_data(_: &Args) -> Result<(ForecastData, String), Box<dyn std::error::E
 }
 
 /// Trains a forecaster and prints its validation and test scores.
-pub fn run<B: AutodiffBackend>(
+pub fn run<B: SsdAutodiffBackend>(
     args: &Args,
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {

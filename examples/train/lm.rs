@@ -3,13 +3,13 @@
 use std::time::Instant;
 
 use burn::data::dataset::Dataset;
-use burn::tensor::backend::AutodiffBackend;
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
 use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
 use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig};
 use mamba2_burn::Mamba2LmConfig;
+use mamba2_burn::SsdAutodiffBackend;
 
 use crate::args::{
     artifacts_dir, backbone_config, defaults, epochs_for, optimizer, progress_mode, step_threads,
@@ -127,7 +127,7 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
 }
 
 /// Trains on a token task and prints its held-out scores.
-pub fn run<B: AutodiffBackend>(
+pub fn run<B: SsdAutodiffBackend>(
     args: &Args,
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {

@@ -22,12 +22,12 @@ mod args;
 mod forecast;
 mod lm;
 
-use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
+use mamba2_burn::SsdAutodiffBackend;
 
 use args::{Args, Task};
 
-fn run<B: AutodiffBackend>(
+fn run<B: SsdAutodiffBackend>(
     args: &Args,
     device: B::Device,
 ) -> Result<(), Box<dyn std::error::Error>> {

@@ -2,12 +2,13 @@
 //! machinery of [`train_lm`](super::train_lm) (resume, atomic checkpoints, the non-finite
 //! guard, `metrics.csv`), and the held-out scores of a forecaster.
 
+use crate::{SsdAutodiffBackend, SsdBackend};
 use std::path::Path;
 
 use burn::config::Config;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::metric::LossMetric;
 
@@ -80,7 +81,7 @@ pub fn train_forecaster<B, D, V>(
     device: &B::Device,
 ) -> crate::Result<Mamba2Forecaster<B::InnerBackend>>
 where
-    B: AutodiffBackend,
+    B: SsdAutodiffBackend,
     D: Dataset<WindowItem> + 'static,
     V: Dataset<WindowItem> + 'static,
 {
@@ -166,7 +167,7 @@ pub struct ForecastScores {
 }
 
 /// Scores `model` on every window of `dataset`.
-pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
+pub fn evaluate_forecaster<B: SsdBackend, D: Dataset<WindowItem>>(
     model: &Mamba2Forecaster<B>,
     dataset: &D,
     lookback: usize,
@@ -199,7 +200,7 @@ pub fn evaluate_forecaster<B: Backend, D: Dataset<WindowItem>>(
 /// the original scale (`scaler`, the data's standardisation, undone on the target columns).
 /// Actual values of exactly 0 are not counted. For a series of returns, the share of moves
 /// whose direction the model called.
-pub fn direction_accuracy<B: Backend>(
+pub fn direction_accuracy<B: SsdBackend>(
     model: &Mamba2Forecaster<B>,
     dataset: &WindowDataset,
     scaler: &Standardizer,
@@ -253,7 +254,7 @@ pub fn direction_accuracy<B: Backend>(
 
 /// The windows of `dataset` in order, as batches of `batch_size` (at least 1) with `horizon`
 /// target steps.
-fn window_batches<'a, B: Backend, D: Dataset<WindowItem>>(
+fn window_batches<'a, B: SsdBackend, D: Dataset<WindowItem>>(
     dataset: &'a D,
     lookback: usize,
     horizon: usize,

@@ -47,6 +47,7 @@ pub use stopping::{KeepBestAndLast, ValidLossStopping};
 pub use threaded::Threaded;
 
 use crate::activation::log_softmax;
+use crate::{SsdAutodiffBackend, SsdBackend};
 use burn::module::AutodiffModule;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -119,7 +120,7 @@ impl<B: Backend> LmBatch<B> {
     }
 }
 
-impl<B: Backend> Mamba2Lm<B> {
+impl<B: SsdBackend> Mamba2Lm<B> {
     /// Logits and the mean cross-entropy over the scored positions of `batch`.
     ///
     /// # Shapes
@@ -259,7 +260,7 @@ where
 /// loss function.
 macro_rules! supervised {
     ($model:ident, $batch:ident, $output:ident, $loss:ident) => {
-        impl<B: Backend> SupervisedModel<B> for $model<B> {
+        impl<B: SsdBackend> SupervisedModel<B> for $model<B> {
             type Batch = $batch<B>;
             type Output = $output<B>;
 
@@ -272,7 +273,7 @@ macro_rules! supervised {
             }
         }
 
-        impl<B: AutodiffBackend> TrainStep for $model<B> {
+        impl<B: SsdAutodiffBackend> TrainStep for $model<B> {
             type Input = $batch<B>;
             type Output = $output<B>;
 
@@ -281,7 +282,7 @@ macro_rules! supervised {
             }
         }
 
-        impl<B: Backend> InferenceStep for $model<B> {
+        impl<B: SsdBackend> InferenceStep for $model<B> {
             type Input = $batch<B>;
             type Output = $output<B>;
 
@@ -352,7 +353,7 @@ impl<B: Backend> RegressionBatch<B> {
     }
 }
 
-impl<B: Backend> Mamba2Regressor<B> {
+impl<B: SsdBackend> Mamba2Regressor<B> {
     /// The prediction at the last time step and its mean squared error.
     ///
     /// # Shapes
@@ -419,7 +420,7 @@ impl<B: Backend> ForecastBatch<B> {
     }
 }
 
-impl<B: Backend> Mamba2Forecaster<B> {
+impl<B: SsdBackend> Mamba2Forecaster<B> {
     /// The forecast and its loss (the batch's [`ForecastLoss`]), flattened to `[b, horizon ·
     /// n_targets]` for Burn's regression metrics.
     ///

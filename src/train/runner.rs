@@ -2,6 +2,7 @@
 //! data loaders, metrics, atomic checkpoints, resume, progress, the non-finite guard, and the
 //! artifacts a run leaves behind.
 
+use crate::{SsdAutodiffBackend, SsdBackend};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -487,7 +488,7 @@ pub fn train_lm<B, D, V>(
     device: &B::Device,
 ) -> crate::Result<Mamba2Lm<B::InnerBackend>>
 where
-    B: AutodiffBackend,
+    B: SsdAutodiffBackend,
     D: Dataset<SequenceItem> + 'static,
     V: Dataset<SequenceItem> + 'static,
 {
@@ -567,7 +568,7 @@ pub struct LmScores {
 
 /// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
 /// scored), its batches spread over `threads` threads.
-pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
+pub fn evaluate_lm<B: SsdBackend, D: Dataset<SequenceItem>>(
     model: &Mamba2Lm<B>,
     dataset: &D,
     batch_size: usize,
@@ -618,7 +619,7 @@ pub fn evaluate_lm<B: burn::tensor::backend::Backend, D: Dataset<SequenceItem>>(
 }
 
 /// Summed negative log-likelihood, correct predictions and scored positions of one batch.
-fn score_batch<B: burn::tensor::backend::Backend>(
+fn score_batch<B: SsdBackend>(
     model: &Mamba2Lm<B>,
     items: Vec<SequenceItem>,
     ignore_index: Option<usize>,
