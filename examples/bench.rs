@@ -54,6 +54,11 @@ struct Args {
     /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// The chunked SSD's implementation: `fused` (the backend's own: the fused kernels on Wgpu
+    /// and Cuda, the tensor operations elsewhere) or `tensor-ops` (the tensor operations on
+    /// every backend, `mamba2_burn::ssd::set_fused_kernels(false)`).
+    #[arg(long, default_value = "fused")]
+    ssd: String,
     /// Float type of the weights and activations: f32, f16 or bf16 (where the backend supports
     /// it: Cuda both, Wgpu f16 where the adapter has it). The SSD's `dt`, decays and states are
     /// computed in f32 whatever this is.
@@ -231,6 +236,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "step_threads": args.step_threads(),
         "peak_rss_mb": peak_rss_mb(),
         "backend": backend_name(args),
+        "ssd": args.ssd,
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
@@ -526,6 +532,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    match args.ssd.as_str() {
+        "fused" => mamba2_burn::ssd::set_fused_kernels(true),
+        "tensor-ops" => mamba2_burn::ssd::set_fused_kernels(false),
+        other => {
+            eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops)");
+            std::process::exit(2);
+        }
+    }
     #[cfg(feature = "blas")]
     mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
         1

@@ -7,7 +7,8 @@
 #   scripts/cuda-check.sh run     # on the GPU machine, from the repository root, with
 #                                 # device-bin/ carried over: the golden reference cases and the
 #                                 # path tests on Burn's Cuda backend, a short training run, and
-#                                 # the mamba2-130m bench (train and forward tokens/s)
+#                                 # the mamba2-130m bench (train and forward tokens/s, with
+#                                 # the fused SSD kernels and with the tensor operations)
 #
 # `run` prints everything to stdout and writes it to device-bin/cuda-check.log (and to $OUT when
 # that is set).
@@ -20,7 +21,7 @@ build)
     export CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
     mkdir -p "$BIN"
     # the test binaries: cargo prints their paths with --message-format=json
-    cargo test --release --features cuda --no-run --test reference --test paths \
+    cargo test --release --features cuda --no-run --lib --test reference --test paths \
         --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 \
         | while read -r exe; do
@@ -29,8 +30,8 @@ build)
         done
     cargo build --release --features cuda --example bench --example train
     cp target/release/examples/bench target/release/examples/train "$BIN/"
-    strip "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
-    gzip -9 -f "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    strip "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    gzip -9 -f "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
     ls -la "$BIN"
     du -sh "$BIN"
     ;;
@@ -39,20 +40,25 @@ run)
     for gz in "$BIN"/*.gz; do
         [ -e "$gz" ] && gunzip -f "$gz"
     done
-    chmod +x "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    chmod +x "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
     {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
         export MAMBA2_REFERENCE_DIR=tests/fixtures/reference
+        echo "== the fused SSD kernels against the tensor operations on Cuda"
+        time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --nocapture \
+            || echo "FAILED: fused kernels"
         echo "== reference cases on Cuda"
         time "$BIN/reference" cuda --nocapture || echo "FAILED: reference"
         echo "== path tests on Cuda"
         time "$BIN/paths" cuda:: --nocapture || echo "FAILED: paths"
         echo "== training run (MQAR, 1 epoch) on Cuda"
         time "$BIN/train" --device cuda --epochs 1 --artifacts "$BIN/run" || echo "FAILED: train"
-        echo "== mamba2-130m bench on Cuda"
-        "$BIN/bench" --device cuda --preset 130m --mode train,forward --iters 5 \
-            || echo "FAILED: bench"
+        echo "== mamba2-130m bench on Cuda: the fused SSD kernels, then the tensor operations"
+        for ssd in fused tensor-ops; do
+            "$BIN/bench" --device cuda --preset 130m --ssd "$ssd" --mode train,forward --iters 5 \
+                || echo "FAILED: bench --ssd $ssd"
+        done
         echo "== the same shape, backbone only"
         "$BIN/bench" --device cuda --preset 130m --vocab 0 --mode train,forward --iters 5 \
             || echo "FAILED: bench"

@@ -26,6 +26,8 @@
 //! `f32` (dt, A, the decays and the states) and returns `y` in the input's type; the states it
 //! returns are `f32`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::tensor::{backend::Backend, Bool, DType, Tensor};
 
 use crate::ssd_backend::{float, primitive};
@@ -475,6 +477,9 @@ pub fn ssd_chunked_documents<B: SsdBackend>(
     initial_state: Option<Tensor<B, 4>>,
     starts: Option<Tensor<B, 2>>,
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    if !fused_kernels() {
+        return ssd_chunked_tensor_ops(x, dt, a, b_mat, c_mat, chunk_size, initial_state, starts);
+    }
     let (y, state) = B::ssd_chunked(SsdInputs {
         x: primitive(x),
         dt: primitive(dt),
@@ -486,6 +491,22 @@ pub fn ssd_chunked_documents<B: SsdBackend>(
         chunk_size,
     });
     (float(y), float(state))
+}
+
+/// Whether [`ssd_chunked`] runs the backends' fused kernels; see [`set_fused_kernels`].
+static FUSED_KERNELS: AtomicBool = AtomicBool::new(true);
+
+/// Turns the backends' fused SSD kernels on (the default) or off, for the whole process: off,
+/// [`ssd_chunked`] and [`ssd_chunked_documents`] (and so every model's forward) run
+/// [`ssd_chunked_tensor_ops`] on every backend. For comparing the two and for debugging: they
+/// agree to rounding (`f32`: 1e-5 relative in the tests).
+pub fn set_fused_kernels(enabled: bool) {
+    FUSED_KERNELS.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether the backends' fused SSD kernels are on ([`set_fused_kernels`]).
+pub fn fused_kernels() -> bool {
+    FUSED_KERNELS.load(Ordering::Relaxed)
 }
 
 /// [`ssd_chunked_documents`] as tensor operations ("4 steps", ssd_minimal form, with matmuls for

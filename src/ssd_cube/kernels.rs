@@ -22,18 +22,21 @@ fn time_of(tau: usize, padded: usize, #[comptime] reverse: bool) -> usize {
     }
 }
 
-/// The per-step log-decays `dA` `[b, h, c·q]` and their inclusive cumulative sums within each
-/// chunk `[b, h, c·q]`, in logical order. One thread per `(b, h, chunk)`.
+/// The per-step log-decays `dA` `[b, h, c·q]`, their inclusive cumulative sums within each
+/// chunk `cs` and the decay from each position to its chunk's end,
+/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`), in logical order. One thread
+/// per `(b, h, chunk)`.
 ///
 /// `dA[t] = dt[t]·a + starts[t]·(-10⁴)` (forward) or that of `t + 1` (reverse).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decays<F: Float>(
-    dt: &Tensor<F>,     // [b, l, h]
-    a: &Tensor<F>,      // [h]
-    starts: &Tensor<F>, // [b, l] (read when has_starts)
-    da: &mut Tensor<F>, // [b, h, c·q]
-    cs: &mut Tensor<F>, // [b, h, c·q]
+    dt: &Tensor<F>,         // [b, l, h]
+    a: &Tensor<F>,          // [h]
+    starts: &Tensor<F>,     // [b, l] (read when has_starts)
+    da: &mut Tensor<F>,     // [b, h, c·q]
+    cs: &mut Tensor<F>,     // [b, h, c·q]
+    to_end: &mut Tensor<F>, // [b, h, c·q]
     batch: u32,
     len: u32,
     heads: u32,
@@ -75,10 +78,16 @@ pub(super) fn decays<F: Float>(
         sum += d;
         cs[row + tau] = sum;
     }
+    let mut seg = F::new(0.0);
+    for k in 0..q {
+        let tau = j * q + q - 1 - k;
+        to_end[row + tau] = seg.exp();
+        seg += da[row + tau];
+    }
 }
 
 /// The chunk states, assuming a zero state at each chunk's start:
-/// `states[j] = Σ_s exp(Σ_{k=s+1}^{q-1} dA[k]) · x̃_s ⊗ B_s`, written to slot `j + 1` of
+/// `states[j] = Σ_s to_end[s] · x̃_s ⊗ B_s`, written to slot `j + 1` of
 /// `out` `[b, c+1, h, p, n]` (slot 0 is the initial state's, filled by [`state_passing`]).
 /// `x̃ = x·dt` when `scaled`, else `x`. One thread per `(b, j, h, p, n)`.
 #[cube(launch)]
@@ -87,7 +96,7 @@ pub(super) fn chunk_states<F: Float>(
     x: &Tensor<F>,       // [b, l, h, p]
     dt: &Tensor<F>,      // [b, l, h] (read when scaled)
     b_mat: &Tensor<F>,   // [b, l, g, n]
-    da: &Tensor<F>,      // [b, h, c·q]
+    to_end: &Tensor<F>,  // [b, h, c·q]
     out: &mut Tensor<F>, // [b, c+1, h, p, n]
     batch: u32,
     len: u32,
@@ -120,14 +129,12 @@ pub(super) fn chunk_states<F: Float>(
     let g = h / (heads / groups);
     let padded = chunks * q;
     let row = (b * heads + h) * padded;
-    let mut seg = F::new(0.0);
     let mut acc = F::new(0.0);
-    for k in 0..q {
-        let i = q - 1 - k;
+    for i in 0..q {
         let tau = j * q + i;
         let t = time_of(tau, padded, reverse);
         if t < len {
-            let mut w = seg.exp()
+            let mut w = to_end[row + tau]
                 * x[((b * len + t) * heads + h) * dim_p + pp]
                 * b_mat[((b * len + t) * groups + g) * dim_n + nn];
             if scaled {
@@ -135,7 +142,6 @@ pub(super) fn chunk_states<F: Float>(
             }
             acc += w;
         }
-        seg += da[row + tau];
     }
     out[(((b * (chunks + 1) + j + 1) * heads + h) * dim_p + pp) * dim_n + nn] = acc;
 }

@@ -16,7 +16,7 @@
 
 mod fusion;
 mod kernels;
-#[cfg(all(test, feature = "wgpu"))]
+#[cfg(all(test, any(feature = "wgpu", feature = "cuda")))]
 mod tests;
 
 use burn::tensor::ops::FloatTensor;
@@ -350,6 +350,7 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
 
     let da = empty(&s.x, [b, h, c * q]);
     let cs = empty(&s.x, [b, h, c * q]);
+    let to_end = empty(&s.x, [b, h, c * q]);
     let (count, dim) = grid(&s.x, b * h * c);
     kernels::decays::launch::<R>(
         &client,
@@ -363,6 +364,7 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
             .into_tensor_arg(),
         da.clone().into_tensor_arg(),
         cs.clone().into_tensor_arg(),
+        to_end.clone().into_tensor_arg(),
         bu,
         lu,
         hu,
@@ -382,7 +384,7 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
         s.x.clone().into_tensor_arg(),
         s.dt.clone().into_tensor_arg(),
         s.b_mat.clone().into_tensor_arg(),
-        da.clone().into_tensor_arg(),
+        to_end.into_tensor_arg(),
         states.clone().into_tensor_arg(),
         bu,
         lu,

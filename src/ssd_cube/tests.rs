@@ -25,7 +25,7 @@ struct Case {
     a_max: f32,
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     // shorter than one chunk, two groups, an initial state
     Case {
         b: 2,
@@ -108,6 +108,20 @@ const CASES: [Case; 6] = [
         initial: false,
         starts: false,
         dt_max: 0.2,
+        a_max: 1.0,
+    },
+    // chunks of 256 (the reference kernels' default), over a ragged second chunk
+    Case {
+        b: 1,
+        l: 300,
+        h: 2,
+        p: 2,
+        g: 1,
+        n: 4,
+        q: 256,
+        initial: true,
+        starts: true,
+        dt_max: 0.1,
         a_max: 1.0,
     },
 ];
@@ -239,13 +253,21 @@ fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device) {
     }
 }
 
+#[cfg(feature = "wgpu")]
 #[test]
 fn fused_matches_tensor_ops_on_wgpu() {
     fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(&Default::default());
 }
 
+#[cfg(feature = "wgpu")]
 #[test]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
     fused_matches_tensor_ops::<Autodiff<Cube>>(&Default::default());
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn fused_matches_tensor_ops_on_cuda() {
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default());
 }
