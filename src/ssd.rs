@@ -692,14 +692,14 @@ pub(crate) fn continue_rows<B: Backend, const D: usize>(
 /// feature) on Wgpu. Inputs come from a seeded generator of their own, so every backend and
 /// every run sees the same numbers.
 #[cfg(all(test, feature = "ndarray"))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use burn::backend::Autodiff;
     use burn::tensor::{ElementConversion, TensorData};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     /// A tensor of uniform draws in `range` from `rng`.
-    fn uniform<B: Backend, const D: usize>(
+    pub(crate) fn uniform<B: Backend, const D: usize>(
         rng: &mut StdRng,
         shape: [usize; D],
         range: std::ops::Range<f32>,
@@ -712,7 +712,11 @@ mod tests {
     }
 
     /// `max |a - b| <= 1e-5 · max |b|`, the path tests' tolerance.
-    fn assert_close<B: Backend, const D: usize>(what: &str, a: Tensor<B, D>, b: Tensor<B, D>) {
+    pub(crate) fn assert_close<B: Backend, const D: usize>(
+        what: &str,
+        a: Tensor<B, D>,
+        b: Tensor<B, D>,
+    ) {
         assert_eq!(a.dims(), b.dims(), "{what}: shapes differ");
         let scale: f32 = b.clone().abs().max().into_scalar().elem();
         let err: f32 = (a - b).abs().max().into_scalar().elem();

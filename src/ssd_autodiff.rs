@@ -85,7 +85,7 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for SsdBackward {
 impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
     fn ssd_chunked(inputs: SsdInputs<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let dtype = inputs.x.dtype();
-        if !B::ssd_fused(dtype) {
+        if !B::ssd_fused(dtype, inputs.chunk_size) {
             return tensor_ops(inputs);
         }
         let SsdInputs {

@@ -84,10 +84,10 @@ pub trait SsdBackend: Backend {
     }
 
     /// Whether this backend runs [`SsdBackend::ssd_chunked`] as fused kernels with a fused
-    /// gradient ([`SsdBackend::ssd_chunked_backward`]) for inputs of type `dtype`. When it does
-    /// not, autodiff differentiates the tensor-op form.
-    fn ssd_fused(dtype: DType) -> bool {
-        let _ = dtype;
+    /// gradient ([`SsdBackend::ssd_chunked_backward`]) for inputs of type `dtype` cut into
+    /// chunks of `chunk_size`. When it does not, autodiff differentiates the tensor-op form.
+    fn ssd_fused(dtype: DType, chunk_size: usize) -> bool {
+        let _ = (dtype, chunk_size);
         false
     }
 

@@ -139,7 +139,7 @@ fn output<R: FusionRuntime>(
 impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
     fn ssd_chunked(inputs: SsdInputs<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let dtype = inputs.x.dtype();
-        if !B::ssd_fused(dtype) {
+        if !B::ssd_fused(dtype, inputs.chunk_size) {
             return tensor_ops(inputs);
         }
         let layout = Layout::of(&inputs);
@@ -164,8 +164,8 @@ impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
         (y, state)
     }
 
-    fn ssd_fused(dtype: DType) -> bool {
-        B::ssd_fused(dtype)
+    fn ssd_fused(dtype: DType, chunk_size: usize) -> bool {
+        B::ssd_fused(dtype, chunk_size)
     }
 
     fn ssd_chunked_backward(

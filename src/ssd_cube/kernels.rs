@@ -28,7 +28,7 @@ fn time_of(tau: usize, padded: usize, #[comptime] reverse: bool) -> usize {
 /// per `(b, h, chunk)`.
 ///
 /// `dA[t] = dt[t]·a + starts[t]·(-10⁴)` (forward) or that of `t + 1` (reverse).
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decays<F: Float>(
     dt: &Tensor<F>,         // [b, l, h]
@@ -50,7 +50,7 @@ pub(super) fn decays<F: Float>(
     let heads = heads as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     if id >= batch as usize * heads * chunks {
         terminate!();
     }
@@ -90,7 +90,7 @@ pub(super) fn decays<F: Float>(
 /// `states[j] = Σ_s to_end[s] · x̃_s ⊗ B_s`, written to slot `j + 1` of
 /// `out` `[b, c+1, h, p, n]` (slot 0 is the initial state's, filled by [`state_passing`]).
 /// `x̃ = x·dt` when `scaled`, else `x`. One thread per `(b, j, h, p, n)`.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_states<F: Float>(
     x: &Tensor<F>,       // [b, l, h, p]
@@ -117,7 +117,7 @@ pub(super) fn chunk_states<F: Float>(
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     if id >= batch as usize * chunks * heads * dim_p * dim_n {
         terminate!();
     }
@@ -150,7 +150,7 @@ pub(super) fn chunk_states<F: Float>(
 /// `j + 1` (the state of chunk `j` from zero) becomes the state after chunk `j`,
 /// `S[j+1] = exp(Σ_chunk dA) · S[j] + states[j]`. One thread per `(b, h, p, n)`, looping over
 /// the chunks.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn state_passing<F: Float>(
     initial: &Tensor<F>,    // [b, h, p, n] (read when has_initial)
@@ -170,7 +170,7 @@ pub(super) fn state_passing<F: Float>(
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     let per_head = dim_p * dim_n;
     if id >= batch as usize * heads * per_head {
         terminate!();
@@ -194,7 +194,7 @@ pub(super) fn state_passing<F: Float>(
 /// The intra-chunk scores `M[i, s] = exp(Σ_{k=s+1}^{i} dA[k]) · (C_i · B_s)` for `s ≤ i`
 /// `[b, c, h, q, q]` (the upper triangle is not written: readers stop at the diagonal). One
 /// thread per `(b, j, h, i)`.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_scores<F: Float>(
     b_mat: &Tensor<F>,      // [b, l, g, n]
@@ -217,7 +217,7 @@ pub(super) fn chunk_scores<F: Float>(
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     if id >= batch as usize * chunks * heads * q {
         terminate!();
     }
@@ -253,7 +253,7 @@ pub(super) fn chunk_scores<F: Float>(
 
 /// The output, `y_i = exp(Σ_{k ≤ i} dA[k]) · S_in · C_i + Σ_{s ≤ i} M[i, s] · x̃_s`, written at
 /// time `t` of `y` `[b, l, h, p]`. One thread per `(b, j, h, i, p)`.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_output<F: Float>(
     x: &Tensor<F>,      // [b, l, h, p]
@@ -282,7 +282,7 @@ pub(super) fn chunk_output<F: Float>(
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     if id >= batch as usize * chunks * heads * q * dim_p {
         terminate!();
     }
@@ -323,7 +323,7 @@ pub(super) fn chunk_output<F: Float>(
 /// entering the chunk's end from later tokens (decayed by the next token's step; the state's
 /// own gradient after the last chunk) and `S_e` the state after the chunk. Also the gradient
 /// of `dt`: `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`, walking the chunk backwards.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_grads<F: Float>(
     x: &Tensor<F>,           // [b, l, h, p]
@@ -353,7 +353,7 @@ pub(super) fn decay_grads<F: Float>(
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
-    let id = ABSOLUTE_POS as usize;
+    let id = ABSOLUTE_POS;
     if id >= batch as usize * heads * chunks {
         terminate!();
     }

@@ -2,9 +2,10 @@
 //! every gradient, on `Fusion<CubeBackend>` (what `Wgpu` is) and on the bare `CubeBackend`.
 
 use burn::backend::Autodiff;
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
+use crate::ssd::tests::{assert_close, uniform};
 use crate::ssd::{ssd_chunked_documents, ssd_chunked_tensor_ops};
 use crate::SsdAutodiffBackend;
 
@@ -25,7 +26,7 @@ struct Case {
     a_max: f32,
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 6] = [
     // shorter than one chunk, two groups, an initial state
     Case {
         b: 2,
@@ -110,49 +111,7 @@ const CASES: [Case; 7] = [
         dt_max: 0.2,
         a_max: 1.0,
     },
-    // chunks of 256 (the reference kernels' default), over a ragged second chunk
-    Case {
-        b: 1,
-        l: 300,
-        h: 2,
-        p: 2,
-        g: 1,
-        n: 4,
-        q: 256,
-        initial: true,
-        starts: true,
-        dt_max: 0.1,
-        a_max: 1.0,
-    },
 ];
-
-fn uniform<B: burn::tensor::backend::Backend, const D: usize>(
-    rng: &mut StdRng,
-    shape: [usize; D],
-    range: std::ops::Range<f32>,
-    device: &B::Device,
-) -> Tensor<B, D> {
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|_| rng.random_range(range.clone()))
-        .collect();
-    Tensor::from_data(TensorData::new(values, shape), device)
-}
-
-/// `max |a - b| <= 1e-5 · max |b|`, the path tests' tolerance.
-fn assert_close<B: burn::tensor::backend::Backend, const D: usize>(
-    what: &str,
-    a: Tensor<B, D>,
-    b: Tensor<B, D>,
-) {
-    assert_eq!(a.dims(), b.dims(), "{what}: shapes differ");
-    let scale: f32 = b.clone().abs().max().into_scalar().elem();
-    let err: f32 = (a - b).abs().max().into_scalar().elem();
-    let rel = err as f64 / (scale as f64).max(1e-30);
-    assert!(
-        rel <= 1e-5,
-        "{what}: relative error {rel:.3e} > 1e-5 (max |b| {scale:e})"
-    );
-}
 
 /// For every case: y, the final state and the gradients of x, dt, A, B, C and the initial
 /// state of a random linear function of both, fused and as tensor operations.
@@ -250,6 +209,30 @@ fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device) {
             (None, None) => {}
             _ => panic!("{}", what("initial-state gradient on one path only")),
         }
+    }
+}
+
+/// Chunks longer than the fused scan takes run the tensor operations, on both backend types.
+#[cfg(feature = "wgpu")]
+#[test]
+fn long_chunks_take_the_tensor_operations() {
+    use super::FUSED_MAX_CHUNK;
+    use crate::SsdBackend;
+    use burn::tensor::DType;
+    type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+    for (q, fused) in [
+        (FUSED_MAX_CHUNK, true),
+        (FUSED_MAX_CHUNK + 1, false),
+        (256, false),
+    ] {
+        assert_eq!(Cube::ssd_fused(DType::F32, q), fused, "q = {q}");
+        assert_eq!(
+            <burn::backend::Wgpu>::ssd_fused(DType::F32, q),
+            fused,
+            "q = {q}"
+        );
+        // autodiff wraps the fused scan of its inner backend, it has none of its own
+        assert!(!<Autodiff<burn::backend::Wgpu>>::ssd_fused(DType::F32, q));
     }
 }
 
