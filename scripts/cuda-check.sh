@@ -7,8 +7,8 @@
 #   scripts/cuda-check.sh run     # on the GPU machine, from the repository root, with
 #                                 # device-bin/ carried over: the golden reference cases and the
 #                                 # path tests on Burn's Cuda backend, a short training run, and
-#                                 # the mamba2-130m bench (train and forward tokens/s, with
-#                                 # the fused SSD kernels and with the tensor operations)
+#                                 # the mamba2-130m bench (train and forward tokens/s) with the
+#                                 # fused SSD kernels and with the tensor operations
 #
 # `run` prints everything to stdout and writes it to device-bin/cuda-check.log (and to $OUT when
 # that is set).

@@ -252,17 +252,19 @@ pub(super) fn chunk_scores<F: Float>(
 }
 
 /// The output, `y_i = exp(Σ_{k ≤ i} dA[k]) · S_in · C_i + Σ_{s ≤ i} M[i, s] · x̃_s`, written at
-/// time `t` of `y` `[b, l, h, p]`. One thread per `(b, j, h, i, p)`.
+/// time `t` of `y` `[b, l, h, p]`, and its first term (the entering state's part) in `y_off`
+/// when `split`. One thread per `(b, j, h, i, p)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_output<F: Float>(
-    x: &Tensor<F>,      // [b, l, h, p]
-    dt: &Tensor<F>,     // [b, l, h] (read when scaled)
-    c_mat: &Tensor<F>,  // [b, l, g, n]
-    cs: &Tensor<F>,     // [b, h, c·q]
-    states: &Tensor<F>, // [b, c+1, h, p, n]: slot j is the state entering chunk j
-    scores: &Tensor<F>, // [b, c, h, q, q]
-    y: &mut Tensor<F>,  // [b, l, h, p]
+    x: &Tensor<F>,         // [b, l, h, p]
+    dt: &Tensor<F>,        // [b, l, h] (read when scaled)
+    c_mat: &Tensor<F>,     // [b, l, g, n]
+    cs: &Tensor<F>,        // [b, h, c·q]
+    states: &Tensor<F>,    // [b, c+1, h, p, n]: slot j is the state entering chunk j
+    scores: &Tensor<F>,    // [b, c, h, q, q]
+    y: &mut Tensor<F>,     // [b, l, h, p]
+    y_off: &mut Tensor<F>, // [b, l, h, p]: the entering state's part (written when split)
     batch: u32,
     len: u32,
     heads: u32,
@@ -273,6 +275,7 @@ pub(super) fn chunk_output<F: Float>(
     q: u32,
     #[comptime] scaled: bool,
     #[comptime] reverse: bool,
+    #[comptime] split: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
@@ -304,6 +307,9 @@ pub(super) fn chunk_output<F: Float>(
         from_state += c_mat[c_row + nn] * states[s_row + nn];
     }
     let mut acc = cs[(b * heads + h) * padded + j * q + i].exp() * from_state;
+    if split {
+        y_off[((b * len + t) * heads + h) * dim_p + pp] = acc;
+    }
     let m_row = (((b * chunks + j) * heads + h) * q + i) * q;
     for s in 0..i + 1 {
         let t_s = time_of(j * q + s, padded, reverse);
@@ -318,25 +324,85 @@ pub(super) fn chunk_output<F: Float>(
     y[((b * len + t) * heads + h) * dim_p + pp] = acc;
 }
 
-/// The gradient of each step's log-decay, per chunk `j` with end `e`:
-/// `∂L/∂dA_k = Σ_{t=k}^{e} (dy_t · y_t - x̃_t · dx̃_t) + ⟨G_out, S_e⟩`, with `G_out` the adjoint
-/// entering the chunk's end from later tokens (decayed by the next token's step; the state's
-/// own gradient after the last chunk) and `S_e` the state after the chunk. Also the gradient
-/// of `dt`: `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`, walking the chunk backwards.
+/// The spanning sums of the intra-chunk pairs, step 1, in place: column `s` of the forward's
+/// scores `M` `[b, c, h, q, q]` becomes `V[u, s] = Σ_{u' ≥ u} M[u', s] · (dy_{u'} · x̃_s)` for
+/// `u > s`, the weight of the pairs from source `s` to a target at or after `u`. One thread
+/// per `(b, j, h, s)`, which alone reads and writes column `s`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pair_columns<F: Float>(
+    x: &Tensor<F>,          // [b, l, h, p]
+    dt: &Tensor<F>,         // [b, l, h]
+    grad_y: &Tensor<F>,     // [b, l, h, p]
+    scores: &mut Tensor<F>, // [b, c, h, q, q]
+    batch: u32,
+    len: u32,
+    heads: u32,
+    dim_p: u32,
+    chunks: u32,
+    q: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let len = len as usize;
+    let heads = heads as usize;
+    let dim_p = dim_p as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * chunks * heads * q {
+        terminate!();
+    }
+    let s = id % q;
+    let h = (id / q) % heads;
+    let j = (id / (q * heads)) % chunks;
+    let b = id / (q * heads * chunks);
+    let t_s = j * q + s;
+    if t_s >= len {
+        terminate!();
+    }
+    let x_row = ((b * len + t_s) * heads + h) * dim_p;
+    let step = dt[(b * len + t_s) * heads + h];
+    let block = ((b * chunks + j) * heads + h) * q * q;
+    let mut acc = F::new(0.0);
+    for k in 0..q - 1 - s {
+        let u = q - 1 - k;
+        let t_u = j * q + u;
+        if t_u < len {
+            let dy_row = ((b * len + t_u) * heads + h) * dim_p;
+            let mut dot = F::new(0.0);
+            for pp in 0..dim_p {
+                dot += grad_y[dy_row + pp] * x[x_row + pp];
+            }
+            acc += scores[block + u * q + s] * dot * step;
+        }
+        scores[block + u * q + s] = acc;
+    }
+}
+
+/// The gradient of each step's log-decay, from the pairs (source, target) whose decay spans
+/// it, per chunk: `∂L/∂dA_k = Σ_{s<k} V[k, s]` (both in the chunk, [`pair_columns`])
+/// `+ Σ_{u≥k} dy_u · y_off_u` (sources before the chunk) `+ Σ_{s<k} x̃_s · dx̃_off_s` (targets
+/// after it) `+ exp(Σ_chunk dA) · ⟨G_out, S_in⟩` (both outside), with `G_out` the adjoint
+/// entering the chunk's end from later tokens (decayed by the next chunk's first step; the final
+/// state's gradient after the last chunk) and `S_in` the state entering the chunk. Only
+/// spanning pairs are summed, so nothing cancels. Also the gradient of `dt`:
+/// `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_grads<F: Float>(
-    x: &Tensor<F>,           // [b, l, h, p]
-    dt: &Tensor<F>,          // [b, l, h]
-    a: &Tensor<F>,           // [h]
-    starts: &Tensor<F>,      // [b, l] (read when has_starts)
-    y: &Tensor<F>,           // [b, l, h, p]
-    grad_y: &Tensor<F>,      // [b, l, h, p]
-    grad_x_dt: &Tensor<F>,   // [b, l, h, p]: dx̃
-    states: &Tensor<F>,      // [b, c+1, h, p, n]: forward, slot j+1 the state after chunk j
-    adjoints: &Tensor<F>,    // [b, c+1, h, p, n]: reverse, slot c-1-j entering chunk j's end
-    grad_da: &mut Tensor<F>, // [b, l, h]
-    grad_dt: &mut Tensor<F>, // [b, l, h]
+    x: &Tensor<F>,             // [b, l, h, p]
+    dt: &Tensor<F>,            // [b, l, h]
+    a: &Tensor<F>,             // [h]
+    starts: &Tensor<F>,        // [b, l] (read when has_starts)
+    y_off: &Tensor<F>,         // [b, l, h, p]: the forward's entering-state part
+    grad_y: &Tensor<F>,        // [b, l, h, p]
+    grad_x_dt: &Tensor<F>,     // [b, l, h, p]: dx̃
+    grad_x_dt_off: &Tensor<F>, // [b, l, h, p]: the adjoint scan's entering-state part
+    pairs: &Tensor<F>,         // [b, c, h, q, q]: V of pair_columns
+    states: &Tensor<F>,        // [b, c+1, h, p, n]: forward, slot j the state entering chunk j
+    adjoints: &Tensor<F>,      // [b, c+1, h, p, n]: reverse, slot c-1-j entering chunk j's end
+    grad_da: &mut Tensor<F>,   // [b, l, h]
+    grad_dt: &mut Tensor<F>,   // [b, l, h]
     batch: u32,
     len: u32,
     heads: u32,
@@ -362,12 +428,24 @@ pub(super) fn decay_grads<F: Float>(
     let b = id / (chunks * heads);
     let per_head = dim_p * dim_n;
     let rate = a[h];
-    // ⟨G_out, S_e⟩, G_out decayed by the first step of the next chunk
-    let s_row = ((b * (chunks + 1) + j + 1) * heads + h) * per_head;
+    // both ends outside the chunk: exp(T) ⟨G_out, S_in⟩, G_out decayed by the next chunk's
+    // first step
+    let s_row = ((b * (chunks + 1) + j) * heads + h) * per_head;
     let g_row = ((b * (chunks + 1) + chunks - 1 - j) * heads + h) * per_head;
-    let mut boundary = F::new(0.0);
+    let mut outside = F::new(0.0);
     for e in 0..per_head {
-        boundary += states[s_row + e] * adjoints[g_row + e];
+        outside += states[s_row + e] * adjoints[g_row + e];
+    }
+    let mut total = F::new(0.0);
+    for i in 0..q {
+        let t = j * q + i;
+        if t < len {
+            let mut d = dt[(b * len + t) * heads + h] * rate;
+            if has_starts {
+                d += starts[b * len + t] * F::new(-1.0e4);
+            }
+            total += d;
+        }
     }
     let next = (j + 1) * q;
     if next < len {
@@ -375,23 +453,46 @@ pub(super) fn decay_grads<F: Float>(
         if has_starts {
             d += starts[b * len + next] * F::new(-1.0e4);
         }
-        boundary *= d.exp();
+        total += d;
     }
-    let mut acc = boundary;
-    for k in 0..q {
-        let t = j * q + q - 1 - k;
+    outside *= total.exp();
+    // targets after the chunk: Σ_{s<k} x̃_s · dx̃_off_s, written first, then added to
+    let mut before = F::new(0.0);
+    for i in 0..q {
+        let t = j * q + i;
         if t < len {
             let base = ((b * len + t) * heads + h) * dim_p;
-            let step = dt[(b * len + t) * heads + h];
+            grad_da[(b * len + t) * heads + h] = before;
+            let mut term = F::new(0.0);
+            for pp in 0..dim_p {
+                term += x[base + pp] * grad_x_dt_off[base + pp];
+            }
+            before += dt[(b * len + t) * heads + h] * term;
+        }
+    }
+    // sources before the chunk: Σ_{u≥k} dy_u · y_off_u; both in it: row k of V
+    let block = ((b * chunks + j) * heads + h) * q * q;
+    let mut after = F::new(0.0);
+    for k in 0..q {
+        let i = q - 1 - k;
+        let t = j * q + i;
+        if t < len {
+            let base = ((b * len + t) * heads + h) * dim_p;
             let mut out_term = F::new(0.0);
             let mut in_term = F::new(0.0);
             for pp in 0..dim_p {
-                out_term += grad_y[base + pp] * y[base + pp];
+                out_term += grad_y[base + pp] * y_off[base + pp];
                 in_term += x[base + pp] * grad_x_dt[base + pp];
             }
-            acc += out_term - step * in_term;
-            grad_da[(b * len + t) * heads + h] = acc;
-            grad_dt[(b * len + t) * heads + h] = acc * rate + in_term;
+            after += out_term;
+            let mut inside = F::new(0.0);
+            for s in 0..i {
+                inside += pairs[block + i * q + s];
+            }
+            let at = (b * len + t) * heads + h;
+            let g = grad_da[at] + after + inside + outside;
+            grad_da[at] = g;
+            grad_dt[at] = g * rate + in_term;
         }
     }
 }

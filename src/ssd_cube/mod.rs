@@ -12,7 +12,8 @@
 //!   chunk end;
 //! - `∂L/∂C_t = S_tᵀ · dy_t` as a forward scan of the transposed state (input `dt·B`, "B" `x`);
 //! - `∂L/∂B_t = G_tᵀ · x̃_t` as a reverse scan of the transposed adjoint (input `C`, "B" `dy`);
-//! - the log-decays' gradient ([`kernels::decay_grads`]), from which those of `dt` and `A`.
+//! - the log-decays' gradient ([`kernels::pair_columns`], [`kernels::decay_grads`]) from the
+//!   pairs (source, target) that span each step, from which those of `dt` and `A`.
 
 mod fusion;
 mod kernels;
@@ -34,13 +35,9 @@ use crate::{SsdBackend, SsdGrads, SsdInputs};
 /// Threads per cube of every kernel.
 const CUBE_SIZE: u32 = 64;
 
-/// The longest chunk the fused scan takes; longer chunks run the tensor operations. The
-/// backward's log-decay gradient sums `dy·y - x̃·dx̃` over the rest of the chunk, terms whose
-/// pairs inside the chunk cancel: the rounding grows with the chunk, and at 256 (weak decays,
-/// `dt ≤ 0.1`) the gradient of `A` was 2.2e-5 off relative, over the 1e-5 of the tests; up to
-/// 64 it is within them. Summing only the pairs that span each step (as the reference's
-/// "stable" kernels do) would lift the limit.
-pub(crate) const FUSED_MAX_CHUNK: usize = 64;
+/// The longest chunk the fused scan takes (the longest it is tested with, and the reference
+/// kernels' default); longer chunks run the tensor operations.
+pub(crate) const FUSED_MAX_CHUNK: usize = 256;
 
 impl<R, F, I, BT> SsdBackend for CubeBackend<R, F, I, BT>
 where
@@ -57,7 +54,7 @@ where
         let f = F32Inputs::<Self>::new(inputs);
         let [b, _, h, p] = f.x.dims();
         let n = f.b_mat.dims()[3];
-        let (y, states) = scan(Scan::forward(&f));
+        let (y, states, _, _) = scan(Scan::forward(&f));
         let c = states.meta.shape()[1] - 1;
         let last = float::<Self, 5>(states)
             .narrow(1, c, 1)
@@ -85,19 +82,23 @@ where
         let grad_y = contiguous_f32(float::<Self, 4>(grad_y));
         let grad_state = contiguous_f32(float::<Self, 4>(grad_state));
 
-        let (y, states) = scan(Scan::forward(&f));
+        let (_, states, scores, y_off) = scan(Scan {
+            split: true,
+            ..Scan::forward(&f)
+        });
         // the adjoint: B and C swapped, in reverse time, from the final state's gradient
-        let (grad_x_dt, adjoints) = scan(Scan {
+        let (grad_x_dt, adjoints, _, grad_x_dt_off) = scan(Scan {
             x: primitive(grad_y.clone()),
             scaled: false,
             b_mat: primitive(f.c_mat.clone()),
             c_mat: primitive(f.b_mat.clone()),
             initial: Some(primitive(grad_state.clone())),
             reverse: true,
+            split: true,
             ..Scan::forward(&f)
         });
         // ∂L/∂C_t = S_tᵀ dy_t: the transposed state, input dt·B per head, "B" x per head
-        let (grad_c, _) = scan(Scan {
+        let (grad_c, _, _, _) = scan(Scan {
             x: primitive(per_head(f.b_mat.clone(), r)),
             scaled: true,
             b_mat: primitive(f.x.clone()),
@@ -108,7 +109,7 @@ where
         });
         // ∂L/∂B_t = G_tᵀ x̃_t: the transposed adjoint, input C per head, "B" dy per head
         let x_dt = f.x.clone() * f.dt.clone().unsqueeze_dim::<4>(3);
-        let (grad_b, _) = scan(Scan {
+        let (grad_b, _, _, _) = scan(Scan {
             x: primitive(per_head(f.c_mat.clone(), r)),
             scaled: false,
             b_mat: primitive(grad_y.clone()),
@@ -117,13 +118,18 @@ where
             reverse: true,
             ..Scan::forward(&f)
         });
+        let pairs = pair_columns(&f, primitive(grad_y.clone()), scores);
         let (grad_da, grad_dt) = decay_grads(
             &f,
-            y,
-            primitive(grad_y),
-            grad_x_dt.clone(),
-            states,
-            adjoints.clone(),
+            DecayGradInputs {
+                y_off: y_off.expect("split"),
+                grad_y: primitive(grad_y),
+                grad_x_dt: grad_x_dt.clone(),
+                grad_x_dt_off: grad_x_dt_off.expect("split"),
+                pairs,
+                states,
+                adjoints: adjoints.clone(),
+            },
         );
 
         let grad_x = float::<Self, 4>(grad_x_dt) * f.dt.clone().unsqueeze_dim::<4>(3);
@@ -292,6 +298,8 @@ struct Scan<R: CubeRuntime> {
     /// `[b, h, p, n]`
     initial: Option<CubeTensor<R>>,
     reverse: bool,
+    /// also return the entering states' part of `y`
+    split: bool,
     chunk_size: usize,
 }
 
@@ -313,6 +321,7 @@ impl<R: CubeRuntime> Scan<R> {
             c_mat: primitive(f.c_mat.clone()),
             initial: f.initial.clone().map(primitive),
             reverse: false,
+            split: false,
             chunk_size: f.chunk_size,
         }
     }
@@ -342,10 +351,19 @@ fn grid<R: CubeRuntime>(like: &CubeTensor<R>, count: usize) -> (CubeCount, CubeD
     )
 }
 
-/// Runs one scan: returns `y` `[b, l, h, p]` and the states at the chunk boundaries
+/// What a scan returns: `y` `[b, l, h, p]`, the states at the chunk boundaries
 /// `[b, c+1, h, p, n]` (slot 0 the initial state, slot `j + 1` the state after logical chunk
-/// `j`; the last, the final state).
-fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
+/// `j`; the last, the final state), the intra-chunk scores `[b, c, h, q, q]` and, when `split`,
+/// the entering states' part of `y`.
+type ScanOutput<R> = (
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    Option<CubeTensor<R>>,
+);
+
+/// Runs one scan.
+fn scan<R: CubeRuntime>(s: Scan<R>) -> ScanOutput<R> {
     let [b, l, h, p] = s.x.meta.shape().dims::<4>();
     let [_, _, g, n] = s.b_mat.meta.shape().dims::<4>();
     let q = s.chunk_size;
@@ -466,6 +484,8 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
     }
 
     let y = empty(&s.x, [b, l, h, p]);
+    let y_off = s.split.then(|| empty(&s.x, [b, l, h, p]));
+    let y_off_arg = y_off.clone().unwrap_or_else(|| unused(&s.x));
     let (count, dim) = grid(&s.x, b * c * h * q * p);
     // SAFETY: every index is within its tensor: the kernels check their thread
     // position against the element count and derive each index from the shapes
@@ -479,8 +499,9 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
             s.c_mat.into_tensor_arg(),
             cs.into_tensor_arg(),
             states.clone().into_tensor_arg(),
-            scores.into_tensor_arg(),
+            scores.clone().into_tensor_arg(),
             y.clone().into_tensor_arg(),
+            y_off_arg.into_tensor_arg(),
             bu,
             lu,
             hu,
@@ -491,20 +512,69 @@ fn scan<R: CubeRuntime>(s: Scan<R>) -> (CubeTensor<R>, CubeTensor<R>) {
             qu,
             s.scaled,
             s.reverse,
+            s.split,
             dtype,
         );
     }
-    (y, states)
+    (y, states, scores, y_off)
+}
+
+/// [`kernels::pair_columns`] on the forward's scores, in place: the pair sums `V`.
+fn pair_columns<R, F, I, BT>(
+    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    grad_y: CubeTensor<R>,
+    scores: CubeTensor<R>,
+) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [b, l, h, p] = f.x.dims();
+    let q = f.chunk_size;
+    let c = l.div_ceil(q);
+    let x = primitive(f.x.clone());
+    let client = x.client.clone();
+    let (count, dim) = grid(&x, b * c * h * q);
+    // SAFETY: every index is within its tensor: the kernel checks its thread position against
+    // the element count and derives each index from the shapes
+    unsafe {
+        kernels::pair_columns::launch_unchecked::<R>(
+            &client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            primitive(f.dt.clone()).into_tensor_arg(),
+            grad_y.into_tensor_arg(),
+            scores.clone().into_tensor_arg(),
+            b as u32,
+            l as u32,
+            h as u32,
+            p as u32,
+            c as u32,
+            q as u32,
+            DType::F32.into(),
+        );
+    }
+    scores
+}
+
+/// The tensors [`kernels::decay_grads`] reads besides the inputs.
+struct DecayGradInputs<R: CubeRuntime> {
+    y_off: CubeTensor<R>,
+    grad_y: CubeTensor<R>,
+    grad_x_dt: CubeTensor<R>,
+    grad_x_dt_off: CubeTensor<R>,
+    pairs: CubeTensor<R>,
+    states: CubeTensor<R>,
+    adjoints: CubeTensor<R>,
 }
 
 /// [`kernels::decay_grads`]: the gradients of the log-decays and of `dt`, `[b, l, h]` each.
 fn decay_grads<R, F, I, BT>(
     f: &F32Inputs<CubeBackend<R, F, I, BT>>,
-    y: CubeTensor<R>,
-    grad_y: CubeTensor<R>,
-    grad_x_dt: CubeTensor<R>,
-    states: CubeTensor<R>,
-    adjoints: CubeTensor<R>,
+    d: DecayGradInputs<R>,
 ) -> (CubeTensor<R>, CubeTensor<R>)
 where
     R: CubeRuntime,
@@ -522,8 +592,8 @@ where
     let grad_dt = empty(&x, [b, l, h]);
     let (count, dim) = grid(&x, b * h * c);
     let starts = f.starts.clone().map(primitive);
-    // SAFETY: every index is within its tensor: the kernels check their thread
-    // position against the element count and derive each index from the shapes
+    // SAFETY: every index is within its tensor: the kernel checks its thread position against
+    // the element count and derives each index from the shapes
     unsafe {
         kernels::decay_grads::launch_unchecked::<R>(
             &client,
@@ -536,11 +606,13 @@ where
                 .clone()
                 .unwrap_or_else(|| unused(&x))
                 .into_tensor_arg(),
-            y.into_tensor_arg(),
-            grad_y.into_tensor_arg(),
-            grad_x_dt.into_tensor_arg(),
-            states.into_tensor_arg(),
-            adjoints.into_tensor_arg(),
+            d.y_off.into_tensor_arg(),
+            d.grad_y.into_tensor_arg(),
+            d.grad_x_dt.into_tensor_arg(),
+            d.grad_x_dt_off.into_tensor_arg(),
+            d.pairs.into_tensor_arg(),
+            d.states.into_tensor_arg(),
+            d.adjoints.into_tensor_arg(),
             grad_da.clone().into_tensor_arg(),
             grad_dt.clone().into_tensor_arg(),
             b as u32,

@@ -26,7 +26,7 @@ struct Case {
     a_max: f32,
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     // shorter than one chunk, two groups, an initial state
     Case {
         b: 2,
@@ -109,6 +109,20 @@ const CASES: [Case; 6] = [
         initial: false,
         starts: false,
         dt_max: 0.2,
+        a_max: 1.0,
+    },
+    // chunks of 256 (the reference kernels' default), weak decays, over a ragged second chunk
+    Case {
+        b: 1,
+        l: 300,
+        h: 2,
+        p: 2,
+        g: 1,
+        n: 4,
+        q: 256,
+        initial: true,
+        starts: true,
+        dt_max: 0.1,
         a_max: 1.0,
     },
 ];
@@ -221,9 +235,9 @@ fn long_chunks_take_the_tensor_operations() {
     use burn::tensor::DType;
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
     for (q, fused) in [
+        (1, true),
         (FUSED_MAX_CHUNK, true),
         (FUSED_MAX_CHUNK + 1, false),
-        (256, false),
     ] {
         assert_eq!(Cube::ssd_fused(DType::F32, q), fused, "q = {q}");
         assert_eq!(
