@@ -39,7 +39,7 @@ use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
-use mamba2_burn::ssd::{ssd_chunked, ssd_sequential};
+use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, SsdInput};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
 use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig};
 use mamba2_burn::{SsdAutodiffBackend, SsdBackend};
@@ -187,11 +187,14 @@ fn backend_name(args: &Args) -> String {
     }
 }
 
+/// Reads CubeCL's memory usage: `(in use, reserved)` bytes, `None` when unavailable.
+type MemoryProbe = Box<dyn Fn() -> Option<(u64, u64)>>;
+
 /// The device memory of CubeCL's pool, sampled after every timed run: the most in use and the
 /// most reserved (the pool's size, which holds the step's transient peak).
 #[derive(Default)]
 struct DeviceMemory {
-    probe: Option<Box<dyn Fn() -> Option<(u64, u64)>>>,
+    probe: Option<MemoryProbe>,
     peak: std::cell::Cell<(u64, u64)>,
 }
 
@@ -435,27 +438,13 @@ fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
     let a = Tensor::<B, 1>::random([h], Distribution::Uniform(-16.0, -1.0), device);
     let bm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
     let cm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
+    let input = SsdInput::new(x, dt, a, bm, cm, args.chunk_size);
     let chunked = timed(args.iters, || {
-        let (y, s) = ssd_chunked(
-            x.clone(),
-            dt.clone(),
-            a.clone(),
-            bm.clone(),
-            cm.clone(),
-            args.chunk_size,
-            None,
-        );
+        let (y, s) = ssd_chunked(input.clone());
         let _ = (y.into_data(), s.into_data());
     });
     let sequential = timed(args.iters.min(3), || {
-        let (y, s) = ssd_sequential(
-            x.clone(),
-            dt.clone(),
-            a.clone(),
-            bm.clone(),
-            cm.clone(),
-            None,
-        );
+        let (y, s) = ssd_sequential(input.clone());
         let _ = (y.into_data(), s.into_data());
     });
     (chunked, sequential)

@@ -85,7 +85,7 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
     );
 
     let start = Instant::now();
-    let ids = model.input_ids(&[prompt.clone()], &device)?;
+    let ids = model.input_ids(std::slice::from_ref(&prompt), &device)?;
     let (logits, mut state) = model.forward(ids, None)?;
     let last = logits
         .narrow(1, prompt.len() - 1, 1)

@@ -32,79 +32,46 @@
 //! ```
 //!
 //! The README covers training, checkpoints, time series, backends, measurements and tests.
-#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub mod activation;
-mod backbone;
-#[cfg(feature = "blas")]
-pub mod blas;
-mod block;
 mod checkpoint;
 pub mod cpu;
 #[cfg(feature = "train")]
+#[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod data;
-mod documents;
 mod error;
-mod forecaster;
-mod lm;
-mod mixer;
-mod norm;
-mod recorder;
-mod regressor;
+mod init;
+mod layers;
+mod models;
+mod precision;
 pub mod sampling;
 pub mod ssd;
-mod ssd_autodiff;
-mod ssd_backend;
-#[cfg(feature = "cubecl")]
-mod ssd_cube;
-mod state;
-mod streaming;
 #[cfg(feature = "train")]
+#[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod train;
 
-pub use backbone::*;
-pub use block::*;
+#[cfg(feature = "blas")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blas")))]
+pub mod blas;
+
 pub use checkpoint::*;
-pub use documents::*;
+pub use cpu::streaming::*;
 pub use error::*;
-pub use forecaster::*;
-pub use lm::*;
-pub use mixer::*;
-pub use norm::*;
-pub use recorder::{AtomicFileRecorder, CheckpointRecorder};
-pub use regressor::*;
-pub use ssd_backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdInputs};
-pub use state::*;
-pub use streaming::*;
-
-/// A trainable parameter from an initial value, which may be computed (it is detached first,
-/// so that it becomes a leaf of the autodiff graph).
-pub(crate) fn param<B: burn::tensor::backend::Backend, const D: usize>(
-    value: burn::tensor::Tensor<B, D>,
-) -> burn::module::Param<burn::tensor::Tensor<B, D>> {
-    burn::module::Param::from_tensor(value.detach())
-}
-
-/// A `Linear` initialised as PyTorch's `nn.Linear` default that state-spaces keeps: weight
-/// `U(±1/√d_in)` (stored `[d_in, d_out]`), and a zero bias when `bias` is set.
-pub(crate) fn linear<B: burn::tensor::backend::Backend>(
-    d_in: usize,
-    d_out: usize,
-    bias: bool,
-    device: &B::Device,
-) -> burn::nn::Linear<B> {
-    let bound = 1.0 / (d_in as f64).sqrt();
-    burn::nn::Linear {
-        weight: param(burn::tensor::Tensor::random(
-            [d_in, d_out],
-            burn::tensor::Distribution::Uniform(-bound, bound),
-            device,
-        )),
-        bias: bias.then(|| param(burn::tensor::Tensor::zeros([d_out], device))),
-    }
-}
+pub use layers::activation;
+pub use layers::backbone::*;
+pub use layers::block::*;
+pub use layers::documents::*;
+pub use layers::mixer::*;
+pub use layers::norm::*;
+pub use layers::state::*;
+pub use models::forecaster::*;
+pub use models::lm::*;
+pub use models::regressor::*;
+#[allow(deprecated)]
+pub use ssd::backend::SsdInputs;
+pub use ssd::backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};

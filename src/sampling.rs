@@ -8,6 +8,8 @@ use rand::{Rng, SeedableRng};
 use crate::error::Mamba2Error;
 
 /// How the next token is chosen.
+// one sampler per generation: boxing its generator would only add an allocation
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Sampler {
     /// The most likely token.
@@ -33,8 +35,8 @@ impl Sampler {
         top_k: Option<usize>,
         top_p: Option<f64>,
         seed: u64,
-    ) -> crate::Result<Self> {
-        let invalid = |field, reason: String| Err(Mamba2Error::InvalidConfig { field, reason });
+    ) -> crate::error::Result<Self> {
+        let invalid = |field, reason: String| Err(Mamba2Error::config(field, reason));
         if !(temperature >= 0.0) || !temperature.is_finite() {
             return invalid("temperature", format!("must be >= 0, got {temperature}"));
         }

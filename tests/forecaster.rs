@@ -11,7 +11,8 @@ use burn::data::dataset::Dataset;
 use burn::optim::Optimizer;
 use burn::tensor::{Distribution, Tensor};
 use burn::train::TrainStep;
-use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries, WindowBatcher};
+use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
+use mamba2_burn::train::WindowBatcher;
 use mamba2_burn::train::{ForecastBatch, Mamba2OptimizerConfig, NonFiniteGuard};
 use mamba2_burn::{
     Mamba2BackboneConfig, Mamba2Config, Mamba2Error, Mamba2Forecaster, Mamba2ForecasterConfig,

@@ -18,7 +18,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor, TensorData};
-use mamba2_burn::ssd::ssd_chunked;
+use mamba2_burn::ssd::{ssd_chunked, SsdInput};
 use mamba2_burn::{Mamba2, Mamba2Config, Mamba2State};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -106,7 +106,7 @@ fn ssd_gradients_match_finite_differences() {
                 bm: Tensor<B, 4>,
                 cm: Tensor<B, 4>,
                 s: Tensor<B, 4>| {
-        let (y, fin) = ssd_chunked(x, dt, a, bm, cm, q, Some(s));
+        let (y, fin) = ssd_chunked(SsdInput::new(x, dt, a, bm, cm, q).initial_state(s));
         (y * wy.clone()).sum() + (fin * ws.clone()).sum()
     };
     let [xg, bg, cg, sg] =
@@ -387,7 +387,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
         .with_pad_vocab_size_multiple(8);
     // LM: 5 rows (slices of 2, 2 and 1 rows) with different numbers of scored positions
     let model = lm.init::<B>(&dev()).unwrap();
-    let mut batch = mamba2_burn::data::SequenceBatcher {
+    let mut batch = mamba2_burn::train::SequenceBatcher {
         ignore_index: Some(copy::NOISE as usize),
     }
     .batch((0..5).map(|i| copy_task.example(3, i)).collect(), &dev());
@@ -435,7 +435,7 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
             item
         })
         .collect();
-    let packed = mamba2_burn::data::SequenceBatcher {
+    let packed = mamba2_burn::train::SequenceBatcher {
         ignore_index: Some(copy::NOISE as usize),
     }
     .batch(items, &dev());

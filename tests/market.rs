@@ -266,7 +266,7 @@ fn bad_files_are_errors_that_name_the_file() {
     let good = dir.path().join("good.dbn");
     write_dbn(&good, Some(Schema::Mbp1), &mbp_records(), Compression::None);
     let bytes = std::fs::read(&good).unwrap();
-    let record = std::mem::size_of::<Mbp1Msg>();
+    let record = size_of::<Mbp1Msg>();
 
     let at = |name: &str, data: &[u8]| -> PathBuf {
         let p = dir.path().join(name);
@@ -274,37 +274,53 @@ fn bad_files_are_errors_that_name_the_file() {
         p
     };
     let empty = at("empty.dbn", &[]);
-    file_error(market_series(&[empty.clone()], SEC), &empty, "empty");
+    file_error(
+        market_series(std::slice::from_ref(&empty), SEC),
+        &empty,
+        "empty",
+    );
     let truncated = at("truncated.dbn", &bytes[..bytes.len() - record / 2]);
     file_error(
-        market_series(&[truncated.clone()], SEC),
+        market_series(std::slice::from_ref(&truncated), SEC),
         &truncated,
         "truncated",
     );
     let header_only = at("header.dbn", &bytes[..20]);
     file_error(
-        market_series(&[header_only.clone()], SEC),
+        market_series(std::slice::from_ref(&header_only), SEC),
         &header_only,
         "DBN",
     );
     let garbage = at("garbage.dbn", b"this is not market data at all");
-    file_error(market_series(&[garbage.clone()], SEC), &garbage, "DBN");
+    file_error(
+        market_series(std::slice::from_ref(&garbage), SEC),
+        &garbage,
+        "DBN",
+    );
     // the rtype byte of the last record overwritten
     let mut bad = bytes.clone();
     let last = bad.len() - record;
     bad[last + 1] = 0x77;
     let corrupt = at("corrupt.dbn", &bad);
-    file_error(market_series(&[corrupt.clone()], SEC), &corrupt, "corrupt");
+    file_error(
+        market_series(std::slice::from_ref(&corrupt), SEC),
+        &corrupt,
+        "corrupt",
+    );
     let metadata_only = at("no_records.dbn", &bytes[..bytes.len() - 6 * record]);
     file_error(
-        market_series(&[metadata_only.clone()], SEC),
+        market_series(std::slice::from_ref(&metadata_only), SEC),
         &metadata_only,
         "no ",
     );
 
     let mixed = dir.path().join("mixed.dbn");
     write_dbn(&mixed, None, &mbp_records(), Compression::None);
-    file_error(market_series(&[mixed.clone()], SEC), &mixed, "schema");
+    file_error(
+        market_series(std::slice::from_ref(&mixed), SEC),
+        &mixed,
+        "schema",
+    );
     let mbo = dir.path().join("mbo.dbn");
     write_dbn(
         &mbo,
@@ -312,10 +328,10 @@ fn bad_files_are_errors_that_name_the_file() {
         &[] as &[Mbp1Msg],
         Compression::None,
     );
-    file_error(market_series(&[mbo.clone()], SEC), &mbo, "mbo");
+    file_error(market_series(std::slice::from_ref(&mbo), SEC), &mbo, "mbo");
     let missing = dir.path().join("missing.dbn");
     file_error(
-        market_series(&[missing.clone()], SEC),
+        market_series(std::slice::from_ref(&missing), SEC),
         &missing,
         "cannot read",
     );
@@ -325,7 +341,7 @@ fn bad_files_are_errors_that_name_the_file() {
         Err(Mamba2Error::InvalidInput { .. })
     ));
     assert!(matches!(
-        market_series(&[good.clone()], 0),
+        market_series(std::slice::from_ref(&good), 0),
         Err(Mamba2Error::InvalidInput { .. })
     ));
     // a 1 ns grid over a long span is refused rather than allocated

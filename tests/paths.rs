@@ -55,10 +55,8 @@ mod ndarray {
                         )
                         .unwrap();
                     }
-                    let got = Tensor::<B, 3>::from_data(
-                        burn::tensor::TensorData::new(ys, [1, l - start, d]),
-                        &dev(),
-                    );
+                    let got =
+                        Tensor::<B, 3>::from_data(TensorData::new(ys, [1, l - start, d]), &dev());
                     worst = worst.max(assert_close(
                         &format!("config {k}, sequence {i}: cpu steps from {start}"),
                         got,

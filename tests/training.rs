@@ -193,7 +193,7 @@ fn non_finite_gradients_are_refused() {
         use burn::data::dataloader::batcher::Batcher;
         use burn::data::dataset::Dataset;
         let items = (0..4).map(|i| data(0, 4).get(i).unwrap()).collect();
-        mamba2_burn::data::SequenceBatcher {
+        mamba2_burn::train::SequenceBatcher {
             ignore_index: Some(0),
         }
         .batch(items, &Default::default())
@@ -255,8 +255,8 @@ fn copy_task_loss_falls_within_a_few_hundred_steps() {
 fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
     use burn::data::dataloader::DataLoader;
     use mamba2_burn::data::loader::EpochLoader;
-    use mamba2_burn::data::SequenceBatcher;
     use mamba2_burn::train::LmBatch;
+    use mamba2_burn::train::SequenceBatcher;
     use std::sync::Arc;
 
     // item i has length 4, 8 or 16 (i % 3) and carries its index as its first token
@@ -319,7 +319,7 @@ fn a_packed_batch_scores_each_document_on_its_own() {
     use burn::data::dataloader::batcher::Batcher;
     use burn::tensor::{Int, TensorData};
     use mamba2_burn::data::text::ByteCorpus;
-    use mamba2_burn::data::SequenceBatcher;
+    use mamba2_burn::train::SequenceBatcher;
     use mamba2_burn::train::{masked_cross_entropy, LmBatch};
 
     let _rng = common::seeded(21);

@@ -29,7 +29,7 @@ pub struct CopyConfig {
 
 impl CopyConfig {
     /// Checks the sizes.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         if self.vocab_size < 3 {
             return Err(Mamba2Error::config(
                 "vocab_size",

@@ -107,15 +107,18 @@ fn allowed_rtypes(schema: Schema) -> &'static [u8] {
 fn shorter_than_its_type<T: dbn::HasRType<Header = dbn::RecordHeader>>(
     record: &dbn::RecordRef,
 ) -> bool {
-    record.has::<T>() && record.header().record_size() < std::mem::size_of::<T>()
+    record.has::<T>() && record.header().record_size() < size_of::<T>()
 }
+
+/// The records of a DBN file in stream order, as `(instrument_id, ts_event, event)`.
+type Events = Vec<(u32, u64, Event)>;
 
 /// The records of one DBN file, as `(instrument_id, ts_event, event)`, and its schema.
 ///
 /// The whole (decompressed) stream is read first, so that a file cut inside a record is
 /// caught: the metadata and the records must account for every byte. A record whose type the
 /// schema cannot hold is reported as corruption.
-fn read_events(path: &Path) -> crate::Result<(Schema, Vec<(u32, u64, Event)>)> {
+fn read_events(path: &Path) -> crate::error::Result<(Schema, Events)> {
     use std::io::Read;
     let len = std::fs::metadata(path)
         .map_err(|e| Mamba2Error::file(path, format!("cannot read: {e}")))?
@@ -325,7 +328,10 @@ impl GridState {
 }
 
 /// The feature rows of one instrument's time-ordered events (see the module documentation).
-fn grid(events: &[(u64, Event)], interval_ns: u64) -> crate::Result<(Vec<String>, Vec<Vec<f32>>)> {
+fn grid(
+    events: &[(u64, Event)],
+    interval_ns: u64,
+) -> crate::error::Result<(Vec<String>, Vec<Vec<f32>>)> {
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Ok((Vec::new(), Vec::new()));
     };
@@ -386,7 +392,7 @@ fn grid(events: &[(u64, Event)], interval_ns: u64) -> crate::Result<(Vec<String>
 pub fn market_series(
     paths: &[PathBuf],
     interval_ns: u64,
-) -> crate::Result<BTreeMap<u32, TimeSeries>> {
+) -> crate::error::Result<BTreeMap<u32, TimeSeries>> {
     if paths.is_empty() {
         return Err(Mamba2Error::InvalidInput {
             name: "paths",
@@ -445,7 +451,7 @@ pub fn market_windows(
     source: &Path,
     seq_len: usize,
     target: MarketTarget,
-) -> crate::Result<ForecastData> {
+) -> crate::error::Result<ForecastData> {
     let inputs: Vec<String> = MARKET_FEATURES.iter().map(|s| s.to_string()).collect();
     ForecastData::new(
         series,

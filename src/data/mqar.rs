@@ -30,7 +30,7 @@ pub struct MqarConfig {
 
 impl MqarConfig {
     /// Checks that the pairs and their queries fit in the sequence and the vocabulary.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         if self.kv_pairs == 0 {
             return Err(Mamba2Error::config("kv_pairs", "must be at least 1"));
         }

@@ -34,17 +34,24 @@ impl ByteCorpus {
     /// Reads `path` and cuts it into windows of `seq_len` inputs (and the next byte of each
     /// as targets): the first 80% of the file for training, the next 10% for validation, the
     /// last 10% for testing.
-    pub fn from_file(path: &Path, seq_len: usize) -> crate::Result<Self> {
+    pub fn from_file(path: &Path, seq_len: usize) -> crate::error::Result<Self> {
         Self::read(path, |bytes| Self::from_bytes(bytes, seq_len))
     }
 
     /// Reads `path` as documents that each end with `separator` and packs them into windows
     /// (see [`ByteCorpus::packed`]).
-    pub fn packed_from_file(path: &Path, seq_len: usize, separator: &[u8]) -> crate::Result<Self> {
+    pub fn packed_from_file(
+        path: &Path,
+        seq_len: usize,
+        separator: &[u8],
+    ) -> crate::error::Result<Self> {
         Self::read(path, |bytes| Self::packed(bytes, seq_len, separator))
     }
 
-    fn read(path: &Path, cut: impl FnOnce(&[u8]) -> crate::Result<Self>) -> crate::Result<Self> {
+    fn read(
+        path: &Path,
+        cut: impl FnOnce(&[u8]) -> crate::error::Result<Self>,
+    ) -> crate::error::Result<Self> {
         let bytes = std::fs::read(path)
             .map_err(|e| Mamba2Error::file(path, format!("cannot read text file: {e}")))?;
         cut(&bytes).map_err(|e| match e {
@@ -55,7 +62,7 @@ impl ByteCorpus {
     }
 
     /// Cuts `bytes` into windows (see [`ByteCorpus::from_file`]); each window is one document.
-    pub fn from_bytes(bytes: &[u8], seq_len: usize) -> crate::Result<Self> {
+    pub fn from_bytes(bytes: &[u8], seq_len: usize) -> crate::error::Result<Self> {
         Self::windows(bytes, seq_len, None)
     }
 
@@ -64,14 +71,18 @@ impl ByteCorpus {
     /// end of the text), a window's first token continues the document it falls in. The
     /// validation and test parts each start at the first document after 80% and 90% of the
     /// text.
-    pub fn packed(bytes: &[u8], seq_len: usize, separator: &[u8]) -> crate::Result<Self> {
+    pub fn packed(bytes: &[u8], seq_len: usize, separator: &[u8]) -> crate::error::Result<Self> {
         if separator.is_empty() {
             return Err(Mamba2Error::config("separator", "must not be empty"));
         }
         Self::windows(bytes, seq_len, Some(separator))
     }
 
-    fn windows(bytes: &[u8], seq_len: usize, separator: Option<&[u8]>) -> crate::Result<Self> {
+    fn windows(
+        bytes: &[u8],
+        seq_len: usize,
+        separator: Option<&[u8]>,
+    ) -> crate::error::Result<Self> {
         if seq_len == 0 {
             return Err(Mamba2Error::config("seq_len", "must be at least 1"));
         }

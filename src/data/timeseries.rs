@@ -28,7 +28,8 @@ impl TimeSeries {
     /// Reads a CSV file with a header row. The first column is the timestamp; every other
     /// column must hold a number in every row.
     #[cfg(feature = "timeseries")]
-    pub fn from_csv(path: &Path) -> crate::Result<Self> {
+    #[cfg_attr(docsrs, doc(cfg(feature = "timeseries")))]
+    pub fn from_csv(path: &Path) -> crate::error::Result<Self> {
         let file = std::fs::File::open(path)
             .map_err(|e| Mamba2Error::file(path, format!("cannot open: {e}")))?;
         Self::from_reader(file, path)
@@ -36,7 +37,8 @@ impl TimeSeries {
 
     /// Reads CSV text from `reader`; `source` names it in errors.
     #[cfg(feature = "timeseries")]
-    pub fn from_reader<R: std::io::Read>(reader: R, source: &Path) -> crate::Result<Self> {
+    #[cfg_attr(docsrs, doc(cfg(feature = "timeseries")))]
+    pub fn from_reader<R: std::io::Read>(reader: R, source: &Path) -> crate::error::Result<Self> {
         let mut csv = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(reader);
@@ -82,7 +84,7 @@ impl TimeSeries {
                         format!("line {line}, column {name}: {cell:?} is not a finite number"),
                     )),
                 })
-                .collect::<crate::Result<Vec<f32>>>()?;
+                .collect::<crate::error::Result<Vec<f32>>>()?;
             values.push(row);
         }
         if values.is_empty() {
@@ -106,7 +108,7 @@ impl TimeSeries {
     }
 
     /// Indices of the named columns (all numeric columns when `names` is empty).
-    pub fn column_indices(&self, names: &[String]) -> crate::Result<Vec<usize>> {
+    pub fn column_indices(&self, names: &[String]) -> crate::error::Result<Vec<usize>> {
         if names.is_empty() {
             return Ok((0..self.columns.len()).collect());
         }
@@ -176,7 +178,7 @@ impl Split {
     }
 
     /// Row ranges `[start, end)` of the three parts for `rows` rows.
-    pub fn ranges(&self, rows: usize) -> crate::Result<[(usize, usize); 3]> {
+    pub fn ranges(&self, rows: usize) -> crate::error::Result<[(usize, usize); 3]> {
         let (train, valid, test) = match *self {
             Split::Rows { train, valid, test } => (train, valid, test),
             Split::Fractions { train, test } => {
@@ -331,7 +333,7 @@ impl ForecastData {
         lookback: usize,
         horizon: usize,
         split: Split,
-    ) -> crate::Result<Self> {
+    ) -> crate::error::Result<Self> {
         if lookback == 0 || horizon == 0 {
             return Err(Mamba2Error::InvalidInput {
                 name: "lookback/horizon",
@@ -349,7 +351,9 @@ impl ForecastData {
                 .map(|r| scaler.transform(r))
                 .collect::<Vec<_>>(),
         );
-        let part = |(start, end): (usize, usize), name: &str| -> crate::Result<WindowDataset> {
+        let part = |(start, end): (usize, usize),
+                    name: &str|
+         -> crate::error::Result<WindowDataset> {
             // windows begin `lookback` rows early so that the first target is the part's first row
             let first = start.saturating_sub(if start == 0 { 0 } else { lookback });
             let span = end - first;
@@ -380,58 +384,5 @@ impl ForecastData {
             scaler,
             source: source.to_path_buf(),
         })
-    }
-}
-
-/// Stacks [`WindowItem`]s into a [`ForecastBatch`](crate::train::ForecastBatch).
-#[derive(Clone, Debug)]
-pub struct WindowBatcher {
-    /// Steps per input window.
-    pub lookback: usize,
-    /// Steps per target window.
-    pub horizon: usize,
-    /// The loss the batches are scored with.
-    pub loss: crate::train::ForecastLoss,
-}
-
-impl WindowBatcher {
-    /// Batches of `lookback` input and `horizon` target steps, scored with the MSE.
-    pub fn new(lookback: usize, horizon: usize) -> Self {
-        Self {
-            lookback,
-            horizon,
-            loss: crate::train::ForecastLoss::Mse,
-        }
-    }
-
-    /// The same batches scored with `loss`.
-    pub fn with_loss(self, loss: crate::train::ForecastLoss) -> Self {
-        Self { loss, ..self }
-    }
-}
-
-impl<B: burn::tensor::backend::Backend>
-    burn::data::dataloader::batcher::Batcher<B, WindowItem, crate::train::ForecastBatch<B>>
-    for WindowBatcher
-{
-    fn batch(&self, items: Vec<WindowItem>, device: &B::Device) -> crate::train::ForecastBatch<B> {
-        use burn::tensor::{Tensor, TensorData};
-        let b = items.len();
-        let n_in = items
-            .first()
-            .map_or(0, |i| i.input.len() / self.lookback.max(1));
-        let n_out = items
-            .first()
-            .map_or(0, |i| i.target.len() / self.horizon.max(1));
-        let (mut inputs, mut targets) = (Vec::with_capacity(b * self.lookback * n_in), Vec::new());
-        for item in items {
-            inputs.extend(item.input);
-            targets.extend(item.target);
-        }
-        crate::train::ForecastBatch {
-            inputs: Tensor::from_data(TensorData::new(inputs, [b, self.lookback, n_in]), device),
-            targets: Tensor::from_data(TensorData::new(targets, [b, self.horizon, n_out]), device),
-            loss: self.loss,
-        }
     }
 }

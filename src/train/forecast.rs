@@ -2,7 +2,7 @@
 //! machinery of [`train_lm`](super::train_lm) (resume, atomic checkpoints, the non-finite
 //! guard, `metrics.csv`), and the held-out scores of a forecaster.
 
-use crate::{SsdAutodiffBackend, SsdBackend};
+use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 use std::path::Path;
 
 use burn::config::Config;
@@ -12,13 +12,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::metric::LossMetric;
 
-use super::runner::{best_valid_epoch, launch, run_of, RunData};
+use super::batch::{ForecastBatch, ForecastLoss, WindowBatcher};
+use super::optim::Mamba2OptimizerConfig;
+use super::run::{best_valid_epoch, launch, run_of, ProgressMode, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
-use super::{ForecastBatch, ForecastLoss, Mamba2OptimizerConfig, ProgressMode};
-use crate::checkpoint::{load_module_record, save_config, save_record};
-use crate::data::timeseries::{Standardizer, WindowBatcher, WindowDataset, WindowItem};
+use crate::checkpoint::record::{load_module_record, save_config, save_record};
+use crate::data::timeseries::{Standardizer, WindowDataset, WindowItem};
 use crate::error::Mamba2Error;
-use crate::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
+use crate::models::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 
 /// Configuration of a forecasting run (saved as `config.json` in its artifacts).
 #[derive(Config, Debug)]
@@ -79,7 +80,7 @@ pub fn train_forecaster<B, D, V>(
     resume: bool,
     progress: ProgressMode,
     device: &B::Device,
-) -> crate::Result<Mamba2Forecaster<B::InnerBackend>>
+) -> crate::error::Result<Mamba2Forecaster<B::InnerBackend>>
 where
     B: SsdAutodiffBackend,
     D: Dataset<WindowItem> + 'static,
@@ -126,7 +127,7 @@ pub fn save_forecaster<B: Backend>(
     model: &Mamba2Forecaster<B>,
     config: &Mamba2ForecasterConfig,
     dir: impl AsRef<Path>,
-) -> crate::Result<()> {
+) -> crate::error::Result<()> {
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;
     save_config(config, &dir.join("config.json"))?;
@@ -138,7 +139,7 @@ pub fn save_forecaster<B: Backend>(
 pub fn load_forecaster<B: Backend>(
     dir: impl AsRef<Path>,
     device: &B::Device,
-) -> crate::Result<(Mamba2Forecaster<B>, Mamba2ForecasterConfig)> {
+) -> crate::error::Result<(Mamba2Forecaster<B>, Mamba2ForecasterConfig)> {
     let mut dir = dir.as_ref().to_path_buf();
     if !dir.join("model.mpk").exists() && dir.join("model").join("model.mpk").exists() {
         dir = dir.join("model");
@@ -173,7 +174,7 @@ pub fn evaluate_forecaster<B: SsdBackend, D: Dataset<WindowItem>>(
     lookback: usize,
     batch_size: usize,
     device: &B::Device,
-) -> crate::Result<ForecastScores> {
+) -> crate::error::Result<ForecastScores> {
     let (mut se, mut ae, mut count) = (0.0f64, 0.0f64, 0usize);
     let n = dataset.len();
     if n == 0 {
@@ -207,7 +208,7 @@ pub fn direction_accuracy<B: SsdBackend>(
     lookback: usize,
     batch_size: usize,
     device: &B::Device,
-) -> crate::Result<f64> {
+) -> crate::error::Result<f64> {
     let columns = dataset.target_columns();
     let n_targets = columns.len();
     if let Some(&c) = columns.iter().find(|&&c| c >= scaler.mean.len()) {

@@ -158,7 +158,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Merge<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some((g, _)) = self.multi.remove::<B::InnerBackend, D>(param.id) {
             self.out
-                .register(param.id, g.to_device(&param.val().device().into()));
+                .register(param.id, g.to_device(&param.val().device()));
         }
     }
 }
@@ -171,12 +171,12 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Mamba2Optimizer<M, B> {
 }
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimizer<M, B> {
-    type Record = MixedRecord<M, B>;
+    type Record = Mamba2OptimizerRecord<M, B>;
 
     fn step(&mut self, lr: LearningRate, module: M, mut grads: GradientsParams) -> M {
         // the step gives up the last references to the old parameters and moments, which a
-        // checkpoint may be reading on another thread (see `train::recorder`)
-        let _reads = crate::recorder::exclusive_device_reads();
+        // checkpoint may be reading on another thread (see `checkpoint::record`)
+        let _reads = crate::checkpoint::record::exclusive_device_reads();
         self.steps += 1;
         let mut norm = SquaredNorm::<B> {
             grads: &grads,
@@ -237,8 +237,12 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimiz
     }
 }
 
+/// The former name of [`Mamba2OptimizerRecord`].
+#[deprecated(since = "0.1.1", note = "renamed `Mamba2OptimizerRecord`")]
+pub type MixedRecord<M, B> = Mamba2OptimizerRecord<M, B>;
+
 /// The record of a [`Mamba2Optimizer`]: both AdamW states and the step count.
-pub type MixedRecord<M, B> = (
+pub type Mamba2OptimizerRecord<M, B> = (
     <OptimizerAdaptor<AdamW, M, B> as Optimizer<M, B>>::Record,
     <OptimizerAdaptor<AdamW, M, B> as Optimizer<M, B>>::Record,
     usize,

@@ -95,7 +95,7 @@ impl KeepBestAndLast {
     /// A strategy for a run resumed after `epochs` epochs in `artifacts`, knowing their
     /// validation losses from the run's logs.
     pub fn resumed(artifacts: &Path, epochs: usize) -> Self {
-        let best = super::runner::best_valid_loss(artifacts, epochs);
+        let best = super::run::best_valid_loss(artifacts, epochs);
         Self {
             best: BestEpoch { best },
             deleted: BTreeSet::new(),

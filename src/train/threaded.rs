@@ -10,7 +10,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
-use super::{inference_step, train_step, SupervisedModel};
+use super::step::{inference_step, train_step, SupervisedModel};
 
 /// A model whose training and validation steps spread each batch over `threads` threads:
 /// the batch is cut into that many row slices that run forward (and backward) in parallel,

@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::activation::softplus;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, ssd_step};
+use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, ssd_step, SsdInput};
 use mamba2_burn::{
     DtLimit, Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
 };
@@ -59,7 +59,7 @@ fn randn<const D: usize>(shape: [usize; D]) -> Tensor<B, D> {
     random(shape, Distribution::Normal(0.0, 1.0))
 }
 
-struct SsdInputs {
+struct SsdDraws {
     x: Tensor<B, 4>,
     dt: Tensor<B, 3>,
     a: Tensor<B, 1>,
@@ -69,14 +69,35 @@ struct SsdInputs {
 }
 
 /// (b, l, h, p, n, g) with dt = softplus(N(0,1) - 1) and A = -U(1, 16).
-fn ssd_inputs(b: usize, l: usize, h: usize, p: usize, n: usize, g: usize, init: bool) -> SsdInputs {
-    SsdInputs {
+fn ssd_inputs(b: usize, l: usize, h: usize, p: usize, n: usize, g: usize, init: bool) -> SsdDraws {
+    SsdDraws {
         x: randn([b, l, h, p]),
         dt: softplus(randn([b, l, h]) - 1.0, 1.0),
         a: random([h], Distribution::Uniform(1.0, 16.0)).neg(),
         b: randn([b, l, g, n]),
         c: randn([b, l, g, n]),
         init: init.then(|| randn([b, h, p, n])),
+    }
+}
+
+impl SsdDraws {
+    /// These inputs, from their initial state, in chunks of `q`.
+    fn input(&self, q: usize) -> SsdInput<B> {
+        let (x, dt, a) = (self.x.clone(), self.dt.clone(), self.a.clone());
+        SsdInput::new(x, dt, a, self.b.clone(), self.c.clone(), q)
+            .initial_state(self.init.clone())
+    }
+
+    /// The tokens `[start, start + len)`, with the same initial state.
+    fn slice(&self, start: usize, len: usize) -> SsdDraws {
+        SsdDraws {
+            x: slice_time(&self.x, start, len),
+            dt: slice_time(&self.dt, start, len),
+            a: self.a.clone(),
+            b: slice_time(&self.b, start, len),
+            c: slice_time(&self.c, start, len),
+            init: self.init.clone(),
+        }
     }
 }
 
@@ -100,29 +121,14 @@ fn chunked_ssd_matches_sequential_recurrence() {
     let mut worst: f64 = 0.0;
     for (b, l, h, p, n, g, q, init) in cases {
         let i = ssd_inputs(b, l, h, p, n, g, init);
-        let (y_seq, s_seq) = ssd_sequential(
-            i.x.clone(),
-            i.dt.clone(),
-            i.a.clone(),
-            i.b.clone(),
-            i.c.clone(),
-            i.init.clone(),
-        );
-        let (y_chk, s_chk) = ssd_chunked(
-            i.x.clone(),
-            i.dt.clone(),
-            i.a.clone(),
-            i.b.clone(),
-            i.c.clone(),
-            q,
-            i.init.clone(),
-        );
+        let (y_seq, s_seq) = ssd_sequential(i.input(q));
+        let (y_chk, s_chk) = ssd_chunked(i.input(q));
         let tag = format!("b={b} l={l} h={h} p={p} n={n} g={g} q={q} init={init}");
         worst = worst.max(assert_close(&format!("y, {tag}"), y_chk, y_seq.clone()));
         worst = worst.max(assert_close(&format!("final state, {tag}"), s_chk, s_seq));
 
         // chunk size does not change the result
-        let (y_other, _) = ssd_chunked(i.x, i.dt, i.a, i.b, i.c, q + 3, i.init);
+        let (y_other, _) = ssd_chunked(i.input(q + 3));
         worst = worst.max(assert_close(&format!("y with q+3, {tag}"), y_other, y_seq));
     }
     eprintln!("chunked vs sequential: worst relative error {worst:.2e}");
@@ -133,35 +139,11 @@ fn chunked_ssd_continues_from_its_own_state() {
     let _rng = seeded(2);
     let (l, q) = (45, 8);
     let i = ssd_inputs(2, l, 4, 8, 16, 2, true);
-    let (y_full, s_full) = ssd_chunked(
-        i.x.clone(),
-        i.dt.clone(),
-        i.a.clone(),
-        i.b.clone(),
-        i.c.clone(),
-        q,
-        i.init.clone(),
-    );
+    let (y_full, s_full) = ssd_chunked(i.input(q));
     for a in [1, 7, 8, 20] {
-        let (y1, s1) = ssd_chunked(
-            slice_time(&i.x, 0, a),
-            slice_time(&i.dt, 0, a),
-            i.a.clone(),
-            slice_time(&i.b, 0, a),
-            slice_time(&i.c, 0, a),
-            q,
-            i.init.clone(),
-        );
+        let (y1, s1) = ssd_chunked(i.slice(0, a).input(q));
         let rest = l - a;
-        let (y2, s2) = ssd_chunked(
-            slice_time(&i.x, a, rest),
-            slice_time(&i.dt, a, rest),
-            i.a.clone(),
-            slice_time(&i.b, a, rest),
-            slice_time(&i.c, a, rest),
-            q,
-            Some(s1),
-        );
+        let (y2, s2) = ssd_chunked(i.slice(a, rest).input(q).initial_state(s1));
         assert_close(
             &format!("y, split at {a}"),
             Tensor::cat(vec![y1, y2], 1),
@@ -171,15 +153,7 @@ fn chunked_ssd_continues_from_its_own_state() {
     }
     // one step after the chunked prefix equals the chunked output at that position
     let a = 30;
-    let (_, s1) = ssd_chunked(
-        slice_time(&i.x, 0, a),
-        slice_time(&i.dt, 0, a),
-        i.a.clone(),
-        slice_time(&i.b, 0, a),
-        slice_time(&i.c, 0, a),
-        q,
-        i.init.clone(),
-    );
+    let (_, s1) = ssd_chunked(i.slice(0, a).input(q));
     let at = |t: &Tensor<B, 4>| t.clone().narrow(1, a, 1).squeeze_dim::<3>(1);
     let (y_step, _) = ssd_step(
         at(&i.x),
@@ -388,16 +362,8 @@ fn chunked_ssd_past_the_state_passing_matrix_limit() {
     // 128 chunks: `ssd::STATE_PASSING_MATRIX_MAX_CHUNKS`
     let l = 2 * 128 + 3;
     let i = ssd_inputs(1, l, 4, 3, 5, 2, true);
-    let (y1, s1) = ssd_chunked(
-        i.x.clone(),
-        i.dt.clone(),
-        i.a.clone(),
-        i.b.clone(),
-        i.c.clone(),
-        q,
-        i.init.clone(),
-    );
-    let (y2, s2) = ssd_sequential(i.x, i.dt, i.a, i.b, i.c, i.init);
+    let (y1, s1) = ssd_chunked(i.input(q));
+    let (y2, s2) = ssd_sequential(i.input(q));
     assert_close("long chunked vs sequential: y", y1, y2);
     assert_close("long chunked vs sequential: state", s1, s2);
 }
@@ -424,12 +390,12 @@ fn chunked_ssd_gradients_equal_the_sequential_recurrence() {
             let a = Tensor::<A, 1>::from_inner(i.a.clone()).require_grad();
             let (bm, cm) = (track(i.b.clone()), track(i.c.clone()));
             let init = track(i.init.clone().unwrap());
+            let input = SsdInput::new(x.clone(), dt.clone(), a.clone(), bm.clone(), cm.clone(), q)
+                .initial_state(init.clone());
             let (y, s) = if chunked {
-                let args = (x.clone(), dt.clone(), a.clone(), bm.clone(), cm.clone());
-                ssd_chunked(args.0, args.1, args.2, args.3, args.4, q, Some(init.clone()))
+                ssd_chunked(input)
             } else {
-                let args = (x.clone(), dt.clone(), a.clone(), bm.clone(), cm.clone());
-                ssd_sequential(args.0, args.1, args.2, args.3, args.4, Some(init.clone()))
+                ssd_sequential(input)
             };
             let g = ((y * w_y.clone()).sum() + (s * w_s.clone()).sum()).backward();
             let flat = |t: Option<Tensor<B, 4>>| t.unwrap().reshape([-1]);
@@ -536,7 +502,6 @@ fn packed_rows(l: usize) -> Vec<Vec<usize>> {
 /// dropped at every document start.
 #[test]
 fn packed_ssd_chunked_matches_sequential() {
-    use mamba2_burn::ssd::{ssd_chunked_documents, ssd_sequential_documents};
     use mamba2_burn::Documents;
     let _rng = seeded(41);
     let mut worst: f64 = 0.0;
@@ -544,16 +509,8 @@ fn packed_ssd_chunked_matches_sequential() {
     for (l, h, p, n, g, q) in [(29, 4, 8, 8, 2, 8), (14, 2, 4, 4, 1, 3), (40, 3, 4, 8, 1, 16)] {
         let i = ssd_inputs(2, l, h, p, n, g, true);
         let starts = Documents::<B>::from_lengths(&packed_rows(l), &dev()).unwrap().starts();
-        let (y_seq, s_seq) = ssd_sequential_documents(
-            i.x.clone(),
-            i.dt.clone(),
-            i.a.clone(),
-            i.b.clone(),
-            i.c.clone(),
-            i.init.clone(),
-            Some(starts.clone()),
-        );
-        let (y, s) = ssd_chunked_documents(i.x, i.dt, i.a, i.b, i.c, q, i.init, Some(starts));
+        let (y_seq, s_seq) = ssd_sequential(i.input(q).document_starts(starts.clone()));
+        let (y, s) = ssd_chunked(i.input(q).document_starts(starts));
         let tag = format!("l={l} h={h} g={g} q={q}");
         worst = worst.max(assert_close(&format!("packed y, {tag}"), y, y_seq));
         worst = worst.max(assert_close(&format!("packed final state, {tag}"), s, s_seq));
@@ -592,7 +549,7 @@ fn packed_mixer_equals_documents_one_by_one() {
         // packed
         let x_packed = x.clone().require_grad();
         let (y, s) = mixer
-            .forward_documents(x_packed.clone(), &documents, Some(initial.clone()))
+            .forward_documents(x_packed.clone(), Some(&documents), Some(initial.clone()))
             .unwrap();
         let grads_packed = (y.clone() * w.clone()).sum().backward();
 

@@ -1,0 +1,202 @@
+//! PyTorch-layout weights (`model.safetensors` of the Hugging Face and state-spaces formats):
+//! the names and layouts of each parameter, the size check made before a model is built, and
+//! the all-or-nothing load.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::rc::Rc;
+
+use burn::module::Module;
+use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, TensorSnapshot};
+use burn::tensor::{backend::Backend, DType, TensorData};
+
+use super::config::CheckpointFormat;
+use crate::error::{Mamba2Error, Result};
+use crate::layers::backbone::Mamba2BackboneConfig;
+use crate::models::lm::Mamba2LmConfig;
+
+/// Checks, before a model is built, that `file` is large enough for the parameters that
+/// `params` (a count from the config) declares at 2 bytes each (f16 / bf16, the smallest float
+/// type a checkpoint may hold), so that a config declaring a huge model next to a small file
+/// is an error and not an allocation of the declared size.
+pub(super) fn check_weights_fit(file: &Path, params: f64) -> Result<()> {
+    if !file.is_file() {
+        return Err(Mamba2Error::file(file, "no such file"));
+    }
+    let len = std::fs::metadata(file)
+        .map_err(|e| Mamba2Error::file(file, format!("cannot read: {e}")))?
+        .len();
+    if 2.0 * params > len as f64 {
+        return Err(Mamba2Error::file(
+            file,
+            format!("{len} bytes cannot hold the {params:.0} parameters that config.json declares"),
+        ));
+    }
+    Ok(())
+}
+
+/// The parameters of the backbone `config` describes (counted in `f64`, which cannot overflow
+/// for sizes from a corrupt file).
+pub(super) fn backbone_params(config: &Mamba2BackboneConfig) -> f64 {
+    let m = &config.mixer;
+    let f = |v: usize| v as f64;
+    let d_model = f(m.d_model);
+    let d_inner = f(m.expand) * d_model;
+    let bc = 2.0 * f(m.ngroups) * f(m.d_state);
+    let d_in_proj = 2.0 * d_inner + bc + (d_inner / f(m.headdim.max(1))).floor();
+    let per_layer = d_model // the block's norm
+        + d_model * d_in_proj
+        + (d_inner + bc) * f(m.d_conv)
+        + d_inner * d_model;
+    f(config.n_layer) * per_layer + d_model
+}
+
+/// The parameters of the language model `config` describes (a lower bound: biases and the
+/// per-head vectors are left out).
+pub(super) fn lm_params(config: &Mamba2LmConfig) -> f64 {
+    let multiple = config.pad_vocab_size_multiple.max(1) as f64;
+    let vocab = (config.vocab_size as f64 / multiple).ceil() * multiple;
+    let embedding = vocab * config.backbone.mixer.d_model as f64;
+    let head = if config.tie_embeddings {
+        0.0
+    } else {
+        embedding
+    };
+    backbone_params(&config.backbone) + embedding + head
+}
+
+/// Where a model parameter comes from in a PyTorch-layout checkpoint.
+pub(super) struct TensorSource {
+    /// Accepted names, in order of preference.
+    pub(super) names: Vec<String>,
+    /// The file holds the transpose (`[out, in]` of a PyTorch `nn.Linear`).
+    pub(super) transpose: bool,
+}
+
+/// The checkpoint name of a backbone parameter (path relative to the backbone).
+fn backbone_name(path: &str) -> String {
+    let name = if let Some(p) = path.strip_suffix(".mixer.a_log") {
+        format!("{p}.mixer.A_log")
+    } else if let Some(p) = path.strip_suffix(".mixer.d") {
+        format!("{p}.mixer.D")
+    } else {
+        path.to_string()
+    };
+    format!("backbone.{name}")
+}
+
+/// The name and layout of an LM parameter in a PyTorch-format checkpoint: `path` is the
+/// parameter's path in [`Mamba2Lm`](crate::Mamba2Lm) (`backbone.layers.0.mixer.a_log`), the result its
+/// checkpoint name (`backbone.layers.0.mixer.A_log`) and whether the file stores its transpose
+/// (PyTorch `nn.Linear` weights are `[out, in]`, Burn's are `[in, out]`).
+pub fn pytorch_name(path: &str, format: CheckpointFormat) -> (String, bool) {
+    let transpose = path == "lm_head.weight"
+        || path.ends_with(".in_proj.weight")
+        || path.ends_with(".out_proj.weight");
+    let name = match path {
+        "embedding.weight" if format == CheckpointFormat::StateSpaces => {
+            EMBEDDING_NAMES[1].to_string()
+        }
+        "embedding.weight" => EMBEDDING_NAMES[0].to_string(),
+        "lm_head.weight" => path.to_string(),
+        p => backbone_name(p.strip_prefix("backbone.").unwrap_or(p)),
+    };
+    (name, transpose)
+}
+
+pub(super) const EMBEDDING_NAMES: [&str; 2] =
+    ["backbone.embeddings.weight", "backbone.embedding.weight"];
+
+/// Converts a checkpoint tensor to the parameter's layout and float type.
+fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
+    if !transpose {
+        return data.convert_dtype(dtype);
+    }
+    let shape = data.shape.clone();
+    let (rows, cols) = (shape[0], shape[1]);
+    let values: Vec<f64> = data.convert::<f64>().to_vec().expect("f64 data");
+    let mut out = vec![0.0f64; values.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            out[j * rows + i] = values[i * cols + j];
+        }
+    }
+    TensorData::new(out, [cols, rows]).convert_dtype(dtype)
+}
+
+/// Loads `file` into `model`: every parameter from the name(s) `source` gives, every file
+/// tensor used or `ignorable`. Validates everything before touching the model.
+pub(super) fn load_safetensors<B: Backend, M: Module<B>>(
+    model: M,
+    file: &Path,
+    source: impl Fn(&str) -> TensorSource,
+    ignorable: impl Fn(&str) -> bool,
+) -> Result<M> {
+    // the callers have checked that the file exists and fits the model (`check_weights_fit`)
+    let mut store = SafetensorsStore::from_file(file);
+    let tensors = store
+        .get_all_snapshots()
+        .map_err(|e| Mamba2Error::file(file, format!("not a readable safetensors file: {e}")))?
+        .clone();
+    let mut used = BTreeSet::new();
+    let mut snapshots = Vec::new();
+    for param in model.collect(None, None, false) {
+        let path = param.full_path();
+        let TensorSource { names, transpose } = source(&path);
+        let Some((name, found)) = names
+            .iter()
+            .find_map(|n| tensors.get(n).map(|t| (n.clone(), t)))
+        else {
+            return Err(Mamba2Error::MissingTensor {
+                file: file.to_path_buf(),
+                name: names[0].clone(),
+            });
+        };
+        if !matches!(
+            found.dtype,
+            DType::F64 | DType::F32 | DType::F16 | DType::BF16
+        ) {
+            return Err(Mamba2Error::TensorDType {
+                file: file.to_path_buf(),
+                name,
+                dtype: format!("{:?}", found.dtype),
+            });
+        }
+        let mut expected = param.shape.to_vec();
+        if transpose {
+            expected.reverse();
+        }
+        if found.shape.to_vec() != expected {
+            return Err(Mamba2Error::TensorShape {
+                file: file.to_path_buf(),
+                name,
+                expected,
+                actual: found.shape.to_vec(),
+            });
+        }
+        let data_fn = found.clone_data_fn();
+        let dtype = param.dtype;
+        snapshots.push(TensorSnapshot::from_closure(
+            Rc::new(move || data_fn().map(|d| convert(d, transpose, dtype))),
+            dtype,
+            param.shape.clone(),
+            param.path_stack.clone().unwrap_or_default(),
+            param.container_stack.clone().unwrap_or_default(),
+            param.tensor_id.unwrap_or_default(),
+        ));
+        used.insert(name);
+    }
+    if let Some(extra) = tensors.keys().find(|k| !used.contains(*k) && !ignorable(k)) {
+        return Err(Mamba2Error::UnexpectedTensor {
+            file: file.to_path_buf(),
+            name: extra.clone(),
+        });
+    }
+    let expected = snapshots.len();
+    let mut model = model;
+    let result = model.apply(snapshots, None, None, false);
+    if !result.errors.is_empty() || result.applied.len() != expected {
+        return Err(Mamba2Error::file(file, format!("loading failed: {result}")));
+    }
+    Ok(model)
+}

@@ -1,0 +1,268 @@
+//! The mixer's configuration, with the reference's fields and defaults, and its initialisation.
+
+use burn::config::Config;
+use burn::nn::conv::Conv1dConfig;
+use burn::nn::PaddingConfig1d;
+use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
+
+use super::dt_limit::DtLimit;
+use super::layer::Mamba2;
+use crate::error::Mamba2Error;
+use crate::layers::norm::RmsNormGatedConfig;
+
+/// Configuration of a [`Mamba2`] mixer, with the fields and defaults of the state-spaces
+/// reference (`mamba_ssm.modules.mamba2.Mamba2`).
+///
+/// Derived sizes: `d_inner = expand · d_model`, `nheads = d_inner / headdim`,
+/// `conv_dim = d_inner + 2 · ngroups · d_state`,
+/// `d_in_proj = 2 · d_inner + 2 · ngroups · d_state + nheads`.
+#[derive(Config, Debug)]
+pub struct Mamba2Config {
+    /// Width of the residual stream (`D_m`).
+    pub d_model: usize,
+    /// State size per head (`N`). Default: 128.
+    #[config(default = 128)]
+    pub d_state: usize,
+    /// Width of the causal depthwise convolution (`K`). Default: 4.
+    #[config(default = 4)]
+    pub d_conv: usize,
+    /// Expansion factor from `d_model` to `d_inner`. Default: 2.
+    #[config(default = 2)]
+    pub expand: usize,
+    /// Head dimension (`P`). Default: 64.
+    #[config(default = 64)]
+    pub headdim: usize,
+    /// Number of B/C groups (`G`); heads `[g·H/G, (g+1)·H/G)` share group `g`. Default: 1.
+    #[config(default = 1)]
+    pub ngroups: usize,
+    /// Chunk length of the chunked SSD (`Q`). Default: 256.
+    #[config(default = 256)]
+    pub chunk_size: usize,
+    /// Smallest `dt` drawn at initialisation. Default: 0.001.
+    #[config(default = 0.001)]
+    pub dt_min: f64,
+    /// Largest `dt` drawn at initialisation. Default: 0.1.
+    #[config(default = 0.1)]
+    pub dt_max: f64,
+    /// Floor on the initial `dt`. Default: 1e-4.
+    #[config(default = 1e-4)]
+    pub dt_init_floor: f64,
+    /// Clamp on `dt` after the softplus, in every path. Default: `(0, ∞)` (none).
+    #[config(default = "DtLimit::NONE")]
+    pub dt_limit: DtLimit,
+    /// Range of the uniform draw of `-A` at initialisation (`A_log = ln U(lo, hi)`).
+    /// Default: `(1, 16)`.
+    #[config(default = "(1.0, 16.0)")]
+    pub a_init_range: (f64, f64),
+    /// Bias on in_proj and out_proj. Default: false.
+    #[config(default = false)]
+    pub bias: bool,
+    /// Bias on the convolution. Default: true.
+    #[config(default = true)]
+    pub conv_bias: bool,
+    /// Gated RMSNorm before out_proj (otherwise `y · silu(z)`). Default: true.
+    #[config(default = true)]
+    pub rmsnorm: bool,
+    /// Epsilon of the gated RMSNorm. Default: 1e-5.
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// Normalise before applying the gate. Default: false (the published models).
+    #[config(default = false)]
+    pub norm_before_gate: bool,
+    /// `D` per channel (`[d_inner]`) instead of per head (`[nheads]`). Default: false.
+    #[config(default = false)]
+    pub d_has_hdim: bool,
+}
+
+impl Mamba2Config {
+    /// `expand · d_model`.
+    pub fn d_inner(&self) -> usize {
+        self.expand * self.d_model
+    }
+
+    /// `d_inner / headdim`.
+    pub fn nheads(&self) -> usize {
+        self.d_inner() / self.headdim.max(1)
+    }
+
+    /// Channels of the convolution: `d_inner + 2 · ngroups · d_state` (x, B, C).
+    pub fn conv_dim(&self) -> usize {
+        self.d_inner() + 2 * self.ngroups * self.d_state
+    }
+
+    /// Output width of in_proj: `[z | x | B | C | dt]`.
+    pub fn d_in_proj(&self) -> usize {
+        2 * self.d_inner() + 2 * self.ngroups * self.d_state + self.nheads()
+    }
+
+    /// Checks that a model can be built from this config.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        let invalid = |field: &'static str, reason: String| Err(Mamba2Error::config(field, reason));
+        for (field, v) in [
+            ("d_model", self.d_model),
+            ("d_state", self.d_state),
+            ("d_conv", self.d_conv),
+            ("expand", self.expand),
+            ("headdim", self.headdim),
+            ("ngroups", self.ngroups),
+            ("chunk_size", self.chunk_size),
+        ] {
+            if v == 0 {
+                return invalid(field, "must be at least 1".into());
+            }
+        }
+        // the derived sizes (and in_proj's weight) must be representable
+        let in_proj_weights = self.expand.checked_mul(self.d_model).and_then(|d_inner| {
+            let bc = self.ngroups.checked_mul(self.d_state)?.checked_mul(2)?;
+            let d_in_proj = d_inner.checked_mul(2)?.checked_add(bc)?;
+            d_in_proj
+                .checked_add(d_inner / self.headdim)?
+                .checked_mul(self.d_model)
+        });
+        if in_proj_weights.is_none() {
+            return invalid(
+                "d_model",
+                format!(
+                    "d_model = {}, expand = {}, ngroups = {}, d_state = {}: the layer's sizes \
+                     overflow",
+                    self.d_model, self.expand, self.ngroups, self.d_state
+                ),
+            );
+        }
+        if !self.d_inner().is_multiple_of(self.headdim) {
+            return invalid(
+                "headdim",
+                format!(
+                    "must divide d_inner = expand · d_model = {}, got {}",
+                    self.d_inner(),
+                    self.headdim
+                ),
+            );
+        }
+        if !self.nheads().is_multiple_of(self.ngroups) {
+            return invalid(
+                "ngroups",
+                format!(
+                    "must divide nheads = {}, got {}",
+                    self.nheads(),
+                    self.ngroups
+                ),
+            );
+        }
+        if !(self.dt_min > 0.0 && self.dt_max >= self.dt_min && self.dt_max.is_finite()) {
+            return invalid(
+                "dt_min",
+                format!(
+                    "need 0 < dt_min <= dt_max < inf, got ({}, {})",
+                    self.dt_min, self.dt_max
+                ),
+            );
+        }
+        if self.dt_init_floor.is_nan() || self.dt_init_floor < 0.0 {
+            return invalid(
+                "dt_init_floor",
+                format!("must be >= 0, got {}", self.dt_init_floor),
+            );
+        }
+        let DtLimit { min, max } = self.dt_limit;
+        if !(min >= 0.0 && max > min) || max.is_nan() {
+            return invalid(
+                "dt_limit",
+                format!("need 0 <= min < max, got ({min}, {max})"),
+            );
+        }
+        let (lo, hi) = self.a_init_range;
+        if !(lo > 0.0 && hi >= lo && hi.is_finite()) {
+            return invalid(
+                "a_init_range",
+                format!("need 0 < lo <= hi < inf, got ({lo}, {hi})"),
+            );
+        }
+        if !(self.norm_eps > 0.0) {
+            return invalid("norm_eps", format!("must be > 0, got {}", self.norm_eps));
+        }
+        Ok(())
+    }
+
+    /// Builds the mixer, initialised as state-spaces does for a standalone layer:
+    /// in_proj and out_proj weights `U(±1/√fan_in)` with zero biases, conv weight and bias
+    /// `U(±1/√d_conv)`, `dt_bias = softplus⁻¹(dt)` with `dt` log-uniform in
+    /// `[dt_min, dt_max]` (floored at `dt_init_floor`), `A_log = ln U(a_init_range)`, `D = 1`,
+    /// norm weight 1. (The backbone additionally scales out_proj by `1/√n_layer`.)
+    ///
+    /// Seed the backend (`B::seed`) for reproducible weights.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2<B>> {
+        self.validate()?;
+        let (d_inner, h) = (self.d_inner(), self.nheads());
+        let uniform = |shape: Vec<usize>, bound: f64| {
+            Tensor::<B, 1>::random(
+                [shape.iter().product::<usize>()],
+                Distribution::Uniform(-bound, bound),
+                device,
+            )
+        };
+        let linear =
+            |d_in: usize, d_out: usize| crate::init::linear(d_in, d_out, self.bias, device);
+
+        let conv_dim = self.conv_dim();
+        let conv_bound = 1.0 / (self.d_conv as f64).sqrt();
+        let mut conv1d = Conv1dConfig::new(conv_dim, conv_dim, self.d_conv)
+            .with_groups(conv_dim)
+            .with_padding(PaddingConfig1d::Explicit(self.d_conv - 1, 0))
+            .with_bias(self.conv_bias)
+            .init::<B>(device);
+        conv1d.weight =
+            crate::init::param(uniform(vec![conv_dim, self.d_conv], conv_bound).reshape([
+                conv_dim,
+                1,
+                self.d_conv,
+            ]));
+        conv1d.bias = self
+            .conv_bias
+            .then(|| crate::init::param(uniform(vec![conv_dim], conv_bound)));
+
+        // dt_bias = inverse softplus of a log-uniform dt, computed in f64 on the host
+        let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .expect("f64 data");
+        let (ln_min, ln_max) = (self.dt_min.ln(), self.dt_max.ln());
+        let dt_bias: Vec<f64> = u
+            .iter()
+            .map(|u| {
+                let dt = (u * (ln_max - ln_min) + ln_min)
+                    .exp()
+                    .max(self.dt_init_floor);
+                dt + (-(-dt).exp_m1()).ln()
+            })
+            .collect();
+        let (lo, hi) = self.a_init_range;
+        let a_log = Tensor::<B, 1>::random([h], Distribution::Uniform(lo, hi), device).log();
+        let d_len = if self.d_has_hdim { d_inner } else { h };
+
+        Ok(Mamba2 {
+            in_proj: linear(self.d_model, self.d_in_proj()),
+            conv1d,
+            dt_bias: crate::init::param(Tensor::from_data(TensorData::new(dt_bias, [h]), device)),
+            a_log: crate::init::param(a_log),
+            d: crate::init::param(Tensor::ones([d_len], device)),
+            norm: self.rmsnorm.then(|| {
+                RmsNormGatedConfig::new(d_inner, d_inner / self.ngroups)
+                    .with_eps(self.norm_eps)
+                    .with_norm_before_gate(self.norm_before_gate)
+                    .init(device)
+            }),
+            out_proj: linear(d_inner, self.d_model),
+            d_model: self.d_model,
+            d_inner,
+            d_state: self.d_state,
+            d_conv: self.d_conv,
+            headdim: self.headdim,
+            nheads: h,
+            ngroups: self.ngroups,
+            chunk_size: self.chunk_size,
+            dt_limit: (self.dt_limit.min, self.dt_limit.max),
+        })
+    }
+}

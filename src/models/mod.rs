@@ -1,0 +1,6 @@
+//! The models over the backbone: the causal language model, the sequence regressor and the
+//! forecaster.
+
+pub(crate) mod forecaster;
+pub(crate) mod lm;
+pub(crate) mod regressor;

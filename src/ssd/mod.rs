@@ -1,0 +1,89 @@
+//! The SSD (state-space duality) layer of Mamba-2: the chunked "4 steps" algorithm, the plain
+//! sequential recurrence, and the single-step update.
+//!
+//! Dimension letters follow the spec: `b` batch, `l` sequence length, `h` heads, `p` head
+//! dimension, `n` state dimension, `g` groups of B/C, `r = h / g` heads per group, `q` chunk
+//! length, `c` number of chunks. Head `h` reads group `h / r` (contiguous heads share a group).
+//!
+//! All three paths compute the same recurrence, per batch element and head:
+//!
+//! ```text
+//! S_t = exp(dt_t · A) · S_{t-1} + dt_t · x_t ⊗ B_t        S ∈ R^{p×n}
+//! y_t = S_t · C_t
+//! ```
+//!
+//! starting from `S_{-1}` = the initial state (zeros by default). The `D·x` skip connection and
+//! the gate are applied by the mixer, not here.
+//!
+//! Packed sequences (the reference's `seq_idx`): with document starts, a row holds several
+//! documents back to back and no state flows across a start: `S_{t-1}` is dropped at a start
+//! `t`, as if each document ran alone (the initial state belongs to the first one). The chunked
+//! form adds a log-decay of -10⁴ to `dA` at each start, so that every decay spanning it
+//! is exactly 0 (`exp` underflows; no infinity enters the graph); the recurrence multiplies the
+//! state by 0 there.
+//!
+//! Precision: when the inputs are in a half-precision type, every function here computes in
+//! `f32` (dt, A, the decays and the states) and returns `y` in the input's type; the states it
+//! returns are `f32`.
+//!
+//! The files of this folder, each depending only on those listed before it:
+//! - `input`: [`SsdInput`], the inputs of both forms;
+//! - `chunked`: the chunked form as tensor operations, one function per step;
+//! - `recurrence`: the sequential recurrence and the single step;
+//! - `backend`: [`SsdBackend`], the chunked scan as a backend operation (its default: the
+//!   tensor operations), and its NdArray implementation;
+//! - `autodiff`: the backend operation under `Autodiff` (one node with the backend's gradient);
+//! - `cubecl` (feature `cubecl`): the fused kernels, forward and backward, for the CubeCL
+//!   backends and their fusion wrapper.
+
+mod autodiff;
+pub(crate) mod backend;
+pub(crate) mod chunked;
+#[cfg(feature = "cubecl")]
+mod cubecl;
+mod input;
+pub(crate) mod recurrence;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::tensor::Tensor;
+
+use backend::{SsdBackend, SsdPrimitives};
+pub use chunked::ssd_chunked_tensor_ops;
+pub use input::SsdInput;
+pub use recurrence::{ssd_sequential, ssd_step};
+
+/// The chunked SSD ("4 steps"): exact, on the backend's own path ([`SsdBackend::ssd_chunked`]):
+/// fused kernels on the CubeCL backends, [`ssd_chunked_tensor_ops`] elsewhere.
+///
+/// Any `l` is accepted (padding to a multiple of the chunk size is internal), any chunk size
+/// `q ≥ 1`; with [`SsdInput::document_starts`] a row holds several documents. Returns `y`
+/// (without the `D·x` skip) and the final state, which continues the sequence in this
+/// function, [`ssd_sequential`] or [`ssd_step`].
+///
+/// # Shapes
+/// - input: see [`SsdInput`]
+/// - returns y `[b, l, h, p]` and the final state `[b, h, p, n]`
+pub fn ssd_chunked<B: SsdBackend>(input: SsdInput<B>) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    if !fused_kernels() {
+        return ssd_chunked_tensor_ops(input);
+    }
+    let (y, state) = B::ssd_chunked(SsdPrimitives::from(input));
+    (backend::float(y), backend::float(state))
+}
+
+/// Whether [`ssd_chunked`] runs the backends' fused kernels; see [`set_fused_kernels`].
+static FUSED_KERNELS: AtomicBool = AtomicBool::new(true);
+
+/// Turns the backends' fused SSD kernels on (the default) or off, for the whole process: off,
+/// [`ssd_chunked`] (and so every model's forward) runs [`ssd_chunked_tensor_ops`] on every
+/// backend. For comparing the two and for debugging: they agree to rounding (`f32`: 1e-5
+/// relative in the tests).
+pub fn set_fused_kernels(enabled: bool) {
+    FUSED_KERNELS.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether the backends' fused SSD kernels are on ([`set_fused_kernels`]).
+pub fn fused_kernels() -> bool {
+    FUSED_KERNELS.load(Ordering::Relaxed)
+}

@@ -1,0 +1,245 @@
+//! The language model's training run and held-out scores.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::config::Config;
+use burn::data::dataset::Dataset;
+use burn::tensor::ElementConversion;
+use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
+
+use super::batch::{LmBatch, SequenceBatcher};
+use super::optim::Mamba2OptimizerConfig;
+use super::parallel::{parallel_map, split_rows};
+use super::run::{launch, run_of, ProgressMode, RunData};
+use crate::checkpoint::save_lm;
+use crate::data::SequenceItem;
+use crate::error::Mamba2Error;
+use crate::models::lm::{check_in_vocab, Mamba2Lm, Mamba2LmConfig};
+use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+
+/// Configuration of a language-model training run (saved as `config.json` in its artifacts).
+#[derive(Config, Debug)]
+pub struct LmTrainingConfig {
+    /// The model.
+    pub model: Mamba2LmConfig,
+    /// The optimizer.
+    #[config(default = "Mamba2OptimizerConfig::new()")]
+    pub optimizer: Mamba2OptimizerConfig,
+    /// Peak learning rate. Default: 3e-3.
+    #[config(default = 3e-3)]
+    pub lr: f64,
+    /// Final learning rate, as a fraction of the peak. Default: 0.1.
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Warmup length, as a fraction of all steps. Default: 0.05.
+    #[config(default = 0.05)]
+    pub warmup_fraction: f64,
+    /// Sequences per batch. Default: 32.
+    #[config(default = 32)]
+    pub batch_size: usize,
+    /// Passes over the training set. Default: 10.
+    #[config(default = 10)]
+    pub epochs: usize,
+    /// Seed of the weights and the data order. Default: 42.
+    #[config(default = 42)]
+    pub seed: u64,
+    /// Target id of unscored positions (`None`: all positions are scored).
+    pub ignore_index: Option<usize>,
+    /// Threads each training step spreads its batch over (same gradient as one thread; see
+    /// [`Threaded`](super::Threaded)). Worth the cores of a CPU backend; 1 on a GPU.
+    /// Default: 1.
+    #[config(default = 1)]
+    pub step_threads: usize,
+}
+
+/// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
+/// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
+/// after each epoch, written atomically), `model/` (the final model, loadable with
+/// [`load_lm`](crate::load_lm)), `metrics.csv` (each metric's mean per epoch and split) and
+/// Burn's per-iteration logs.
+///
+/// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
+/// same data order as an uninterrupted run, so it ends with the same weights); the config must
+/// be the one the run started with.
+///
+/// A NaN or infinite loss stops the run before the bad update is applied, with
+/// [`Mamba2Error::NonFiniteLoss`] naming the step and the last good checkpoint.
+pub fn train_lm<B, D, V>(
+    config: &LmTrainingConfig,
+    train: D,
+    valid: V,
+    artifacts: &Path,
+    resume: bool,
+    progress: ProgressMode,
+    device: &B::Device,
+) -> crate::error::Result<Mamba2Lm<B::InnerBackend>>
+where
+    B: SsdAutodiffBackend,
+    D: Dataset<SequenceItem> + 'static,
+    V: Dataset<SequenceItem> + 'static,
+{
+    config.model.validate()?;
+    // token ids are checked here, on the host, once: the model's forward does not read them back
+    let vocab = config.model.padded_vocab_size();
+    check_sequence_tokens(&train, "train data", vocab, config.ignore_index)?;
+    check_sequence_tokens(&valid, "validation data", vocab, config.ignore_index)?;
+    let accuracy = || match config.ignore_index {
+        Some(i) => AccuracyMetric::new().with_pad_token(i),
+        None => AccuracyMetric::new(),
+    };
+    let perplexity = || match config.ignore_index {
+        Some(i) => PerplexityMetric::new().with_pad_token(i),
+        None => PerplexityMetric::new(),
+    };
+    let batcher = SequenceBatcher {
+        ignore_index: config.ignore_index,
+    };
+    let data = RunData {
+        train,
+        valid,
+        batcher: batcher.clone(),
+        valid_batcher: batcher,
+        // sequences of different lengths (a mixed training set) are batched apart
+        bucket: Some(Arc::new(|item: &SequenceItem| item.input.len())),
+    };
+    let run = run_of!(config, artifacts, resume, progress);
+    let init = |device: &B::Device| config.model.init::<B>(device);
+    let model = launch(&run, config, init, data, device, |training, _| {
+        training
+            .metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .metric_train_numeric(accuracy())
+            .metric_valid_numeric(accuracy())
+            .metric_valid_numeric(perplexity())
+    })?;
+    save_lm(&model, &config.model, artifacts.join("model"))?;
+    Ok(model)
+}
+
+/// Checks every item of `data`: inputs in `[0, vocab)`, targets too or equal to `ignore_index`.
+fn check_sequence_tokens<D: Dataset<SequenceItem>>(
+    data: &D,
+    name: &'static str,
+    vocab: usize,
+    ignore_index: Option<usize>,
+) -> crate::error::Result<()> {
+    let ignore = ignore_index.map(|i| i as i64);
+    for i in 0..data.len() {
+        let Some(item) = data.get(i) else { continue };
+        check_in_vocab(&item.input, vocab, None, name)
+            .and_then(|()| check_in_vocab(&item.target, vocab, ignore, name))
+            .map_err(|e| match e {
+                Mamba2Error::InvalidInput { name, reason } => Mamba2Error::InvalidInput {
+                    name,
+                    reason: format!("item {i}: {reason}"),
+                },
+                other => other,
+            })?;
+    }
+    Ok(())
+}
+
+/// Held-out scores of a language model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LmScores {
+    /// Mean cross-entropy (nats) over the scored positions.
+    pub loss: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Fraction of scored positions whose most likely token is the target.
+    pub accuracy: f64,
+    /// Scored positions.
+    pub count: usize,
+}
+
+/// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
+/// scored), its batches spread over `threads` threads.
+pub fn evaluate_lm<B: SsdBackend, D: Dataset<SequenceItem>>(
+    model: &Mamba2Lm<B>,
+    dataset: &D,
+    batch_size: usize,
+    ignore_index: Option<usize>,
+    threads: usize,
+    device: &B::Device,
+) -> crate::error::Result<LmScores> {
+    let n = dataset.len();
+    let batch_size = batch_size.max(1);
+    let batches: Vec<Vec<SequenceItem>> = (0..n)
+        .step_by(batch_size)
+        .map(|start| {
+            (start..(start + batch_size).min(n))
+                .filter_map(|i| dataset.get(i))
+                .collect()
+        })
+        .collect();
+    // contiguous runs of batches, one per thread
+    let mut batches = batches.into_iter();
+    let groups: Vec<(Mamba2Lm<B>, Vec<Vec<SequenceItem>>)> = split_rows(batches.len(), threads)
+        .into_iter()
+        .map(|(_, len)| (model.clone(), batches.by_ref().take(len).collect()))
+        .collect();
+    let add =
+        |(n1, c1, k1): (f64, i64, i64), (n2, c2, k2): (f64, i64, i64)| (n1 + n2, c1 + c2, k1 + k2);
+    let zero = (0.0f64, 0i64, 0i64);
+    let (nll_sum, correct, count) = parallel_map(groups, |(model, batches)| {
+        batches.into_iter().try_fold(zero, |sum, items| {
+            Ok::<_, Mamba2Error>(add(sum, score_batch(&model, items, ignore_index, device)?))
+        })
+    })
+    .into_iter()
+    .try_fold(zero, |sum, group| group.map(|g| add(sum, g)))?;
+    if count == 0 {
+        return Err(Mamba2Error::InvalidInput {
+            name: "dataset",
+            reason: "no scored positions to evaluate".into(),
+        });
+    }
+    let loss = nll_sum / count as f64;
+    Ok(LmScores {
+        loss,
+        perplexity: loss.exp(),
+        accuracy: correct as f64 / count as f64,
+        count: count as usize,
+    })
+}
+
+/// Summed negative log-likelihood, correct predictions and scored positions of one batch.
+fn score_batch<B: SsdBackend>(
+    model: &Mamba2Lm<B>,
+    items: Vec<SequenceItem>,
+    ignore_index: Option<usize>,
+    device: &B::Device,
+) -> crate::error::Result<(f64, i64, i64)> {
+    use crate::layers::activation::log_softmax;
+    use burn::data::dataloader::batcher::Batcher;
+    let batch: LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
+    let (logits, _) = model.forward_documents(batch.inputs, batch.documents.as_ref(), None)?;
+    let [b, l, v] = logits.dims();
+    let targets = batch.targets.reshape([b * l, 1]);
+    let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
+    let nll = log_probs
+        .clone()
+        .gather(1, targets.clone())
+        .reshape([b * l])
+        .neg();
+    let predicted = log_probs.argmax(1).reshape([b * l]);
+    let targets = targets.reshape([b * l]);
+    let keep = match ignore_index {
+        Some(i) => targets.clone().not_equal_elem(i as i64),
+        None => targets.clone().equal(targets.clone()),
+    };
+    let nll = (nll * keep.clone().float())
+        .sum()
+        .into_scalar()
+        .elem::<f64>();
+    let correct = predicted
+        .equal(targets)
+        .int()
+        .mul(keep.clone().int())
+        .sum()
+        .into_scalar()
+        .elem::<i64>();
+    let count = keep.int().sum().into_scalar().elem::<i64>();
+    Ok((nll, correct, count))
+}

@@ -1,0 +1,246 @@
+//! The training and inference step of every model: the loss of each model on its batch, and one
+//! generic step over them ([`train_step`], [`inference_step`]).
+
+use burn::module::AutodiffModule;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor};
+use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
+
+use super::batch::{ForecastBatch, LmBatch, RegressionBatch};
+use super::parallel::{parallel_backward, parallel_forward, BatchPart};
+use crate::layers::activation::log_softmax;
+use crate::models::forecaster::Mamba2Forecaster;
+use crate::models::lm::Mamba2Lm;
+use crate::models::regressor::Mamba2Regressor;
+use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+
+impl<B: SsdBackend> Mamba2Lm<B> {
+    /// Logits and the mean cross-entropy over the scored positions of `batch`.
+    ///
+    /// # Shapes
+    /// - batch inputs and targets `[b, l]`; returns the loss `[1]` and logits `[b, l, vocab]`
+    ///
+    /// # Panics
+    /// If the batch holds token ids outside the vocabulary (a data error that a training step
+    /// cannot return).
+    pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B> {
+        let (logits, _) = self
+            .forward_documents(batch.inputs.clone(), batch.documents.as_ref(), None)
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
+        SequenceOutput::new(loss, logits, None, batch.targets.clone())
+    }
+}
+
+impl<B: SsdBackend> Mamba2Regressor<B> {
+    /// The prediction at the last time step and its mean squared error.
+    ///
+    /// # Shapes
+    /// - inputs `[b, l, n_features]`, targets `[b, n_outputs]`
+    ///
+    /// # Panics
+    /// If the inputs do not have `n_features` features.
+    pub fn forward_regression(&self, batch: &RegressionBatch<B>) -> RegressionOutput<B> {
+        let (y, _) = self
+            .forward(batch.inputs.clone(), None)
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let [b, l, o] = y.dims();
+        let output = y.narrow(1, l - 1, 1).reshape([b, o]);
+        let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, output, batch.targets.clone())
+    }
+}
+
+impl<B: SsdBackend> Mamba2Forecaster<B> {
+    /// The forecast and its loss (the batch's [`ForecastLoss`](super::ForecastLoss)), flattened to `[b, horizon ·
+    /// n_targets]` for Burn's regression metrics.
+    ///
+    /// # Panics
+    /// If the inputs do not have `n_inputs` variables.
+    pub fn forward_forecast(&self, batch: &ForecastBatch<B>) -> RegressionOutput<B> {
+        let y = self
+            .forward(batch.inputs.clone())
+            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        let [b, h, c] = y.dims();
+        let output = y.reshape([b, h * c]);
+        let targets = batch.targets.clone().reshape([b, h * c]);
+        let loss = batch.loss.forward(output.clone(), targets.clone());
+        RegressionOutput::new(loss, output, targets)
+    }
+}
+
+/// A model that Burn's `Learner` trains on one kind of batch: the one training and inference
+/// step of this crate ([`train_step`], [`inference_step`]) runs any of them, on one thread or
+/// with the batch spread over threads ([`Threaded`](super::Threaded)).
+pub trait SupervisedModel<B: Backend> {
+    /// The batch the model learns from.
+    type Batch: Send;
+    /// The step's output: the loss and what Burn's metrics read.
+    type Output: StepOutput<B> + Send;
+
+    /// The batch's output, with its mean loss.
+    fn batch_output(&self, batch: &Self::Batch) -> Self::Output;
+
+    /// The batch cut into at most `parts` slices for as many threads (one slice: no threads),
+    /// each weighted by its share of the batch's mean loss.
+    fn split_batch(batch: &Self::Batch, parts: usize) -> Vec<BatchPart<Self::Batch>>;
+}
+
+/// A step output made of slices: its loss, and the whole batch's output from its slices'.
+pub trait StepOutput<B: Backend>: Sized {
+    /// The mean loss `[1]`.
+    fn loss(&self) -> Tensor<B, 1>;
+
+    /// The batch's output from its slices' outputs (in slice order) and the batch's loss.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self;
+}
+
+impl<B: Backend> StepOutput<B> for SequenceOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+
+    /// The slices' logits (detached) and targets concatenated.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self {
+        let (logits, targets): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|part| (part.logits.detach(), part.targets))
+            .unzip();
+        SequenceOutput::new(loss, Tensor::cat(logits, 0), None, Tensor::cat(targets, 0))
+    }
+}
+
+impl<B: Backend> StepOutput<B> for RegressionOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+
+    /// The slices' outputs (detached) and targets concatenated.
+    fn merge(loss: Tensor<B, 1>, parts: Vec<Self>) -> Self {
+        let (outputs, targets): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|part| (part.output.detach(), part.targets))
+            .unzip();
+        RegressionOutput::new(loss, Tensor::cat(outputs, 0), Tensor::cat(targets, 0))
+    }
+}
+
+/// The training step of every model of this crate: forward and backward of the batch, or, with
+/// `threads` above 1, of its slices on that many threads with the gradients summed
+/// ([`parallel_backward`]).
+pub fn train_step<B, M>(model: &M, batch: M::Batch, threads: usize) -> TrainOutput<M::Output>
+where
+    B: AutodiffBackend,
+    M: SupervisedModel<B> + AutodiffModule<B> + Send,
+{
+    let parts = M::split_batch(&batch, threads);
+    if parts.len() <= 1 {
+        let output = model.batch_output(&batch);
+        return TrainOutput::new(model, output.loss().backward(), output);
+    }
+    let (grads, loss, outputs) = parallel_backward(model, parts, |model, part| {
+        let output = model.batch_output(&part);
+        (output.loss(), output)
+    });
+    TrainOutput {
+        grads,
+        item: M::Output::merge(loss, outputs),
+    }
+}
+
+/// The inference (validation) step of every model of this crate: the batch's output, or, with
+/// `threads` above 1, its slices' on that many threads ([`parallel_forward`]).
+pub fn inference_step<B, M>(model: &M, batch: M::Batch, threads: usize) -> M::Output
+where
+    B: Backend,
+    M: SupervisedModel<B> + Clone + Send,
+{
+    let parts = M::split_batch(&batch, threads);
+    if parts.len() <= 1 {
+        return model.batch_output(&batch);
+    }
+    let (loss, outputs) = parallel_forward(model, parts, |model, part| {
+        let output = model.batch_output(&part);
+        (output.loss(), output)
+    });
+    M::Output::merge(loss, outputs)
+}
+
+/// `SupervisedModel`, and the one-thread `TrainStep` and `InferenceStep`, for a model from its
+/// loss function.
+macro_rules! supervised {
+    ($model:ident, $batch:ident, $output:ident, $loss:ident) => {
+        impl<B: SsdBackend> SupervisedModel<B> for $model<B> {
+            type Batch = $batch<B>;
+            type Output = $output<B>;
+
+            fn batch_output(&self, batch: &$batch<B>) -> $output<B> {
+                self.$loss(batch)
+            }
+
+            fn split_batch(batch: &$batch<B>, parts: usize) -> Vec<BatchPart<$batch<B>>> {
+                batch.split(parts)
+            }
+        }
+
+        impl<B: SsdAutodiffBackend> TrainStep for $model<B> {
+            type Input = $batch<B>;
+            type Output = $output<B>;
+
+            fn step(&self, batch: $batch<B>) -> TrainOutput<$output<B>> {
+                train_step(self, batch, 1)
+            }
+        }
+
+        impl<B: SsdBackend> InferenceStep for $model<B> {
+            type Input = $batch<B>;
+            type Output = $output<B>;
+
+            fn step(&self, batch: $batch<B>) -> $output<B> {
+                inference_step(self, batch, 1)
+            }
+        }
+    };
+}
+
+supervised!(Mamba2Lm, LmBatch, SequenceOutput, forward_loss);
+supervised!(
+    Mamba2Regressor,
+    RegressionBatch,
+    RegressionOutput,
+    forward_regression
+);
+supervised!(
+    Mamba2Forecaster,
+    ForecastBatch,
+    RegressionOutput,
+    forward_forecast
+);
+
+/// Mean next-token cross-entropy over the positions whose target is not `ignore_index`
+/// (Burn's `CrossEntropyLoss` with pad tokens divides by all positions instead).
+///
+/// # Shapes
+/// - logits `[b, l, vocab]`, targets `[b, l]`; returns `[1]`
+pub fn masked_cross_entropy<B: Backend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+    ignore_index: Option<usize>,
+) -> Tensor<B, 1> {
+    let [b, l, v] = logits.dims();
+    let log_probs = log_softmax(logits.reshape([b * l, v]), 1);
+    let targets = targets.reshape([b * l, 1]);
+    let nll = log_probs.gather(1, targets.clone()).reshape([b * l]).neg();
+    match ignore_index {
+        None => nll.mean(),
+        Some(ignore) => {
+            let keep = targets
+                .reshape([b * l])
+                .not_equal_elem(ignore as i64)
+                .float();
+            let count = keep.clone().sum().clamp_min(1.0);
+            (nll * keep).sum() * count.powf_scalar(-1.0)
+        }
+    }
+}
