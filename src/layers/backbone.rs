@@ -105,7 +105,7 @@ impl<B: Backend> Mamba2Backbone<B> {
     }
 }
 
-impl<B: SsdBackend> Mamba2Backbone<B> {
+impl<B: Backend> Mamba2Backbone<B> {
     /// Runs the blocks and returns the residual stream after each one (before `norm_f`)
     /// with the new state.
     ///
@@ -115,7 +115,10 @@ impl<B: SsdBackend> Mamba2Backbone<B> {
         &self,
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         self.forward_layers_documents(x, None, state)
     }
 
@@ -128,7 +131,10 @@ impl<B: SsdBackend> Mamba2Backbone<B> {
         x: Tensor<B, 3>,
         documents: Option<&Documents<B>>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Vec<Tensor<B, 3>>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         check_shape(
             "x",
             &x.dims(),
@@ -160,7 +166,10 @@ impl<B: SsdBackend> Mamba2Backbone<B> {
         &self,
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         self.forward_documents(x, None, state)
     }
 
@@ -177,7 +186,10 @@ impl<B: SsdBackend> Mamba2Backbone<B> {
         x: Tensor<B, 3>,
         documents: Option<&Documents<B>>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         let (mut outputs, state) = self.forward_layers_documents(x, documents, state)?;
         let last = outputs.pop().expect("at least one layer");
         Ok((self.norm_f.forward(last), state))
@@ -191,7 +203,10 @@ impl<B: SsdBackend> Mamba2Backbone<B> {
         &self,
         x: Tensor<B, 2>,
         state: BackboneState<B>,
-    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         check_shape("x", &x.dims(), &[None, Some(self.d_model())], "b, d_model")?;
         self.check_layers(&state)?;
         let mut h = upcast(x);

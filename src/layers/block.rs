@@ -43,14 +43,17 @@ pub struct Mamba2Block<B: Backend> {
     pub mixer: Mamba2<B>,
 }
 
-impl<B: SsdBackend> Mamba2Block<B> {
+impl<B: Backend> Mamba2Block<B> {
     /// # Shapes
     /// - h: `[b, l, d_model]`; returns `[b, l, d_model]` and the mixer's new state
     pub fn forward(
         &self,
         h: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)>
+    where
+        B: SsdBackend,
+    {
         self.forward_documents(h, None, state)
     }
 
@@ -64,7 +67,10 @@ impl<B: SsdBackend> Mamba2Block<B> {
         h: Tensor<B, 3>,
         documents: Option<&Documents<B>>,
         state: Option<Mamba2State<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)>
+    where
+        B: SsdBackend,
+    {
         let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
         let (y, state) = self.mixer.forward_documents(x, documents, state)?;
         let dtype = h.dtype();
@@ -77,7 +83,10 @@ impl<B: SsdBackend> Mamba2Block<B> {
         &self,
         h: Tensor<B, 2>,
         state: Mamba2State<B>,
-    ) -> crate::error::Result<(Tensor<B, 2>, Mamba2State<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 2>, Mamba2State<B>)>
+    where
+        B: SsdBackend,
+    {
         let x = cast_to(self.norm.forward(h.clone()), self.norm.weight.val().dtype());
         let (y, state) = self.mixer.step(x, state)?;
         let dtype = h.dtype();

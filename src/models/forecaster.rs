@@ -194,7 +194,7 @@ fn patch_count(lookback: usize, len: usize, stride: usize) -> usize {
     (lookback - len) / stride + 1
 }
 
-impl<B: SsdBackend> Mamba2Forecaster<B> {
+impl<B: Backend> Mamba2Forecaster<B> {
     /// Forecasts the next `horizon` steps from a lookback window.
     ///
     /// The window is cut into patches of `patch_len` steps, `patch_stride` apart, the last
@@ -204,7 +204,10 @@ impl<B: SsdBackend> Mamba2Forecaster<B> {
     /// # Shapes
     /// - x: `[b, lookback, n_inputs]` (`lookback` as configured, if it is)
     /// - returns `[b, horizon, n_targets]`
-    pub fn forward(&self, x: Tensor<B, 3>) -> crate::error::Result<Tensor<B, 3>> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> crate::error::Result<Tensor<B, 3>>
+    where
+        B: SsdBackend,
+    {
         check_shape(
             "x",
             &x.dims(),
@@ -267,7 +270,10 @@ impl<B: SsdBackend> Mamba2Forecaster<B> {
     ///
     /// # Shapes
     /// - x: `[b, l, v]`; returns `[b, n, patch_len · v]`
-    fn patches(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn patches(&self, x: Tensor<B, 3>) -> Tensor<B, 3>
+    where
+        B: SsdBackend,
+    {
         let [b, l, v] = x.dims();
         let (len, stride) = (self.patch_len, self.patch_stride);
         if len == 1 {
@@ -294,7 +300,10 @@ impl<B: SsdBackend> Mamba2Forecaster<B> {
     ///
     /// # Shapes
     /// - tokens: `[s, n, d_in]`; returns `[s, d_model]` (last) or `[s, n · d_model]` (flatten)
-    fn head_input(&self, tokens: Tensor<B, 3>) -> crate::error::Result<Tensor<B, 2>> {
+    fn head_input(&self, tokens: Tensor<B, 3>) -> crate::error::Result<Tensor<B, 2>>
+    where
+        B: SsdBackend,
+    {
         let [s, n, _] = tokens.dims();
         let d = self.backbone.d_model();
         let (h, _) = self.backbone.forward(self.input.forward(tokens), None)?;

@@ -102,14 +102,20 @@ pub struct Mamba2Lm<B: Backend> {
     vocab_size: usize,
 }
 
-impl<B: SsdBackend> Mamba2Lm<B> {
+impl<B: Backend> Mamba2Lm<B> {
     /// The (padded) vocabulary size: the width of the logits.
-    pub fn vocab_size(&self) -> usize {
+    pub fn vocab_size(&self) -> usize
+    where
+        B: SsdBackend,
+    {
         self.vocab_size
     }
 
     /// The all-zero state of a fresh batch of `batch` sequences.
-    pub fn zero_state(&self, batch: usize, device: &B::Device) -> BackboneState<B> {
+    pub fn zero_state(&self, batch: usize, device: &B::Device) -> BackboneState<B>
+    where
+        B: SsdBackend,
+    {
         self.backbone.zero_state(batch, device)
     }
 
@@ -120,7 +126,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
     /// GPU); an id out of range there is a backend's own failure. Check ids while they are
     /// still on the host, with this or [`input_ids`](Self::input_ids), once per prompt or data
     /// set.
-    pub fn check_token_ids(&self, ids: &[i64]) -> crate::error::Result<()> {
+    pub fn check_token_ids(&self, ids: &[i64]) -> crate::error::Result<()>
+    where
+        B: SsdBackend,
+    {
         check_in_vocab(ids, self.vocab_size, None, "input_ids")
     }
 
@@ -133,7 +142,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         &self,
         rows: &[Vec<i64>],
         device: &B::Device,
-    ) -> crate::error::Result<Tensor<B, 2, Int>> {
+    ) -> crate::error::Result<Tensor<B, 2, Int>>
+    where
+        B: SsdBackend,
+    {
         let l = rows.first().map_or(0, Vec::len);
         if let Some(row) = rows.iter().find(|r| r.len() != l) {
             return Err(Mamba2Error::Shape {
@@ -154,7 +166,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
     ///
     /// # Shapes
     /// - h: `[b, l, d_model]`; returns `[b, l, vocab]`
-    pub fn head(&self, h: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn head(&self, h: Tensor<B, 3>) -> Tensor<B, 3>
+    where
+        B: SsdBackend,
+    {
         match &self.lm_head {
             Some(head) => head.forward(h),
             None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
@@ -171,7 +186,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         &self,
         ids: Tensor<B, 2, Int>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         self.forward_documents(ids, None, state)
     }
 
@@ -188,7 +206,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         ids: Tensor<B, 2, Int>,
         documents: Option<&Documents<B>>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         let x = self.embedding.forward(ids);
         let (h, state) = self.backbone.forward_documents(x, documents, state)?;
         Ok((self.head(h), state))
@@ -203,7 +224,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         &self,
         ids: Tensor<B, 1, Int>,
         state: BackboneState<B>,
-    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         let b = ids.dims()[0];
         let x = self
             .embedding

@@ -54,9 +54,12 @@ pub struct Mamba2Regressor<B: Backend> {
     pub output: Linear<B>,
 }
 
-impl<B: SsdBackend> Mamba2Regressor<B> {
+impl<B: Backend> Mamba2Regressor<B> {
     /// Number of input features.
-    pub fn n_features(&self) -> usize {
+    pub fn n_features(&self) -> usize
+    where
+        B: SsdBackend,
+    {
         self.input.weight.dims()[0]
     }
 
@@ -66,7 +69,10 @@ impl<B: SsdBackend> Mamba2Regressor<B> {
         &self,
         x: Tensor<B, 3>,
         state: Option<BackboneState<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         check_shape(
             "x",
             &x.dims(),
@@ -83,7 +89,10 @@ impl<B: SsdBackend> Mamba2Regressor<B> {
         &self,
         x: Tensor<B, 2>,
         state: BackboneState<B>,
-    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 2>, BackboneState<B>)>
+    where
+        B: SsdBackend,
+    {
         check_shape(
             "x",
             &x.dims(),

@@ -15,7 +15,7 @@ use crate::models::lm::Mamba2Lm;
 use crate::models::regressor::Mamba2Regressor;
 use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 
-impl<B: SsdBackend> Mamba2Lm<B> {
+impl<B: Backend> Mamba2Lm<B> {
     /// Logits and the mean cross-entropy over the scored positions of `batch`.
     ///
     /// # Shapes
@@ -24,7 +24,10 @@ impl<B: SsdBackend> Mamba2Lm<B> {
     /// # Panics
     /// If the batch holds token ids outside the vocabulary (a data error that a training step
     /// cannot return).
-    pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B> {
+    pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B>
+    where
+        B: SsdBackend,
+    {
         let (logits, _) = self
             .forward_documents(batch.inputs.clone(), batch.documents.as_ref(), None)
             .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
@@ -33,7 +36,7 @@ impl<B: SsdBackend> Mamba2Lm<B> {
     }
 }
 
-impl<B: SsdBackend> Mamba2Regressor<B> {
+impl<B: Backend> Mamba2Regressor<B> {
     /// The prediction at the last time step and its mean squared error.
     ///
     /// # Shapes
@@ -41,7 +44,10 @@ impl<B: SsdBackend> Mamba2Regressor<B> {
     ///
     /// # Panics
     /// If the inputs do not have `n_features` features.
-    pub fn forward_regression(&self, batch: &RegressionBatch<B>) -> RegressionOutput<B> {
+    pub fn forward_regression(&self, batch: &RegressionBatch<B>) -> RegressionOutput<B>
+    where
+        B: SsdBackend,
+    {
         let (y, _) = self
             .forward(batch.inputs.clone(), None)
             .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
@@ -52,13 +58,16 @@ impl<B: SsdBackend> Mamba2Regressor<B> {
     }
 }
 
-impl<B: SsdBackend> Mamba2Forecaster<B> {
-    /// The forecast and its loss (the batch's [`ForecastLoss`](super::ForecastLoss)), flattened to `[b, horizon ·
-    /// n_targets]` for Burn's regression metrics.
+impl<B: Backend> Mamba2Forecaster<B> {
+    /// The forecast and its loss (the batch's [`ForecastLoss`](super::ForecastLoss)), flattened
+    /// to `[b, horizon · n_targets]` for Burn's regression metrics.
     ///
     /// # Panics
     /// If the inputs do not have `n_inputs` variables.
-    pub fn forward_forecast(&self, batch: &ForecastBatch<B>) -> RegressionOutput<B> {
+    pub fn forward_forecast(&self, batch: &ForecastBatch<B>) -> RegressionOutput<B>
+    where
+        B: SsdBackend,
+    {
         let y = self
             .forward(batch.inputs.clone())
             .unwrap_or_else(|e| panic!("training batch rejected: {e}"));

@@ -24,7 +24,7 @@ struct Projected<B: Backend> {
     dt: Tensor<B, 2>,
 }
 
-impl<B: SsdBackend> Mamba2<B> {
+impl<B: Backend> Mamba2<B> {
     /// Runs the layer over a sequence, continuing from `state` (a fresh sequence when `None`),
     /// and returns the output and the state after the last token. Any length works, and
     /// splitting a sequence into pieces gives the same result as running it whole.
@@ -37,7 +37,10 @@ impl<B: SsdBackend> Mamba2<B> {
         &self,
         x: Tensor<B, 3>,
         state: Option<Mamba2State<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)>
+    where
+        B: SsdBackend,
+    {
         self.forward_documents(x, None, state)
     }
 
@@ -55,7 +58,10 @@ impl<B: SsdBackend> Mamba2<B> {
         x: Tensor<B, 3>,
         documents: Option<&Documents<B>>,
         state: Option<Mamba2State<B>>,
-    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)> {
+    ) -> crate::error::Result<(Tensor<B, 3>, Mamba2State<B>)>
+    where
+        B: SsdBackend,
+    {
         check_shape(
             "x",
             &x.dims(),
