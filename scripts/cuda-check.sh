@@ -46,12 +46,12 @@ run)
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
         export MAMBA2_REFERENCE_DIR=tests/fixtures/reference
         echo "== the fused SSD kernels against the tensor operations on Cuda"
-        time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --nocapture \
+        time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --ignored --nocapture \
             || echo "FAILED: fused kernels"
         echo "== reference cases on Cuda"
-        time "$BIN/reference" cuda --nocapture || echo "FAILED: reference"
+        time "$BIN/reference" cuda --ignored --nocapture || echo "FAILED: reference"
         echo "== path tests on Cuda"
-        time "$BIN/paths" cuda:: --nocapture || echo "FAILED: paths"
+        time "$BIN/paths" cuda:: --ignored --nocapture || echo "FAILED: paths"
         echo "== training run (MQAR, 1 epoch) on Cuda"
         time "$BIN/train" --device cuda --epochs 1 --artifacts "$BIN/run" || echo "FAILED: train"
         echo "== mamba2-130m bench on Cuda: the fused SSD kernels, then the tensor operations"

@@ -12,6 +12,13 @@ mod ndarray {
     type B = burn::backend::NdArray<f32>;
     const NAME: &str = "ndarray";
 
+    macro_rules! case {
+        ($item:item) => {
+            #[test]
+            $item
+        };
+    }
+
     fn dev() -> burn::backend::ndarray::NdArrayDevice {
         Default::default()
     }
@@ -74,13 +81,23 @@ mod ndarray {
     }
 }
 
-/// A module of the backend-neutral cases on backend `$backend`.
+/// A module of the backend-neutral cases on backend `$backend`, a device backend: its tests
+/// are ignored unless asked for (`-- --ignored`), as they need a device driver (for Wgpu on a
+/// machine without a GPU, Mesa's lavapipe: README, Backends).
 #[allow(unused_macros)]
 macro_rules! cases_on {
     ($module:ident, $backend:ty, $device:ty, $name:literal) => {
         mod $module {
             type B = $backend;
             const NAME: &str = $name;
+
+            macro_rules! case {
+                ($item:item) => {
+                    #[test]
+                    #[ignore = "needs a device driver: run with -- --ignored"]
+                    $item
+                };
+            }
 
             fn dev() -> $device {
                 Default::default()

@@ -423,11 +423,13 @@ mod wgpu {
     }
 
     #[test]
+    #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_wgpu_fused() {
         both_orders::<Fused>("wgpu (fused)");
     }
 
     #[test]
+    #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_wgpu_unfused() {
         both_orders::<Unfused>("wgpu (unfused)");
     }
@@ -441,6 +443,7 @@ mod cuda {
 
     /// Burn's Cuda backend as users get it (fused); needs a GPU (`scripts/cuda-check.sh`).
     #[test]
+    #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_cuda() {
         let dev = CudaDevice::default();
         let name = "cuda (fused)";

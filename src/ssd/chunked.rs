@@ -550,18 +550,21 @@ pub(crate) mod tests {
         }
     }
 
-    /// Each check, once per backend.
+    /// Each check, once per backend; on a device backend (`$ignore`) ignored unless asked for
+    /// (`-- --ignored`), as it needs a device driver.
     macro_rules! on_backend {
-        ($module:ident, $backend:ty) => {
+        ($module:ident, $backend:ty $(, $ignore:meta)?) => {
             mod $module {
                 type B = $backend;
 
                 #[test]
+                $(#[$ignore])?
                 fn state_passing_forms_agree() {
                     super::state_passing_forms_agree::<B>(&Default::default());
                 }
 
                 #[test]
+                $(#[$ignore])?
                 fn decay_matrix_matches_f64_on_strong_decays() {
                     super::decay_matrix_matches_f64_on_strong_decays::<B>(&Default::default());
                 }
@@ -571,5 +574,9 @@ pub(crate) mod tests {
 
     on_backend!(ndarray, burn::backend::NdArray);
     #[cfg(feature = "wgpu")]
-    on_backend!(wgpu, burn::backend::Wgpu);
+    on_backend!(
+        wgpu,
+        burn::backend::Wgpu,
+        ignore = "needs a device driver: run with -- --ignored"
+    );
 }

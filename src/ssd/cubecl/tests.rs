@@ -251,12 +251,14 @@ fn long_chunks_take_the_tensor_operations() {
 
 #[cfg(feature = "wgpu")]
 #[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_wgpu() {
     fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(&Default::default());
 }
 
 #[cfg(feature = "wgpu")]
 #[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
     fused_matches_tensor_ops::<Autodiff<Cube>>(&Default::default());
@@ -264,6 +266,7 @@ fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
 
 #[cfg(feature = "cuda")]
 #[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cuda() {
     fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default());
 }
