@@ -21,7 +21,7 @@ build)
     export CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
     mkdir -p "$BIN"
     # the test binaries: cargo prints their paths with --message-format=json
-    cargo test --release --features cuda --no-run --lib --test reference --test paths \
+    cargo test --release --features cuda --no-run --lib --test suite \
         --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 \
         | while read -r exe; do
@@ -30,8 +30,8 @@ build)
         done
     cargo build --release --features cuda --example bench --example train
     cp target/release/examples/bench target/release/examples/train "$BIN/"
-    strip "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
-    gzip -9 -f "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    strip "$BIN"/mamba2_burn "$BIN"/suite "$BIN"/bench "$BIN"/train
+    gzip -9 -f "$BIN"/mamba2_burn "$BIN"/suite "$BIN"/bench "$BIN"/train
     ls -la "$BIN"
     du -sh "$BIN"
     ;;
@@ -40,7 +40,7 @@ run)
     for gz in "$BIN"/*.gz; do
         [ -e "$gz" ] && gunzip -f "$gz"
     done
-    chmod +x "$BIN"/mamba2_burn "$BIN"/reference "$BIN"/paths "$BIN"/bench "$BIN"/train
+    chmod +x "$BIN"/mamba2_burn "$BIN"/suite "$BIN"/bench "$BIN"/train
     {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -49,9 +49,9 @@ run)
         time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --ignored --nocapture \
             || echo "FAILED: fused kernels"
         echo "== reference cases on Cuda"
-        time "$BIN/reference" cuda --ignored --nocapture || echo "FAILED: reference"
+        time "$BIN/suite" reference::cuda --ignored --nocapture || echo "FAILED: reference"
         echo "== path tests on Cuda"
-        time "$BIN/paths" cuda:: --ignored --nocapture || echo "FAILED: paths"
+        time "$BIN/suite" paths::cuda:: --ignored --nocapture || echo "FAILED: paths"
         echo "== training run (MQAR, 1 epoch) on Cuda"
         time "$BIN/train" --device cuda --epochs 1 --artifacts "$BIN/run" || echo "FAILED: train"
         echo "== mamba2-130m bench on Cuda: the fused SSD kernels, then the tensor operations"

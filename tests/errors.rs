@@ -1,7 +1,7 @@
 //! Bad input gets a typed error that names the offending thing: invalid configs, wrong input
 //! shapes, broken checkpoints. Also: this crate's own records round-trip exactly.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

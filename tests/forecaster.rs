@@ -1,7 +1,7 @@
 //! The forecaster: shapes in both channel modes, RevIN's equivariance to per-window shift and
 //! scale, config errors, and training through `TrainStep` on a CSV series.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

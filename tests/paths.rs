@@ -6,8 +6,6 @@
 //!
 //! Tolerance: max abs error <= 1e-5 x the reference tensor's max magnitude, on every backend.
 
-mod common;
-
 mod ndarray {
     type B = burn::backend::NdArray<f32>;
     const NAME: &str = "ndarray";

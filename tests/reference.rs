@@ -11,7 +11,7 @@
 //! `CubeBackend` without fusion. The Wgpu cases run in both orders, forward and backward
 //! through the case list, since fused kernels are cached across cases.
 //!
-//! `MAMBA2_REFERENCE_DIR=DIR cargo test --release --test reference` checks every case folder in
+//! `MAMBA2_REFERENCE_DIR=DIR cargo test --release --test suite reference` checks every case folder in
 //! DIR instead of `tests/fixtures/reference`.
 
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! ends with the same weights as an uninterrupted one, the optimizer refuses non-finite
 //! gradients, and the selective-copying loss falls within a few hundred steps.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
