@@ -266,7 +266,7 @@ fn streaming_forecaster_equals_batch_forward_at_every_step() {
 fn forecasting_run_writes_artifacts_and_reloads() {
     use mamba2_burn::train::{
         evaluate_forecaster, load_forecaster, train_forecaster, ForecastTrainingConfig,
-        ProgressMode,
+        ProgressMode, RunConfig,
     };
     let dir = tempfile::tempdir().unwrap();
     let csv_path = dir.path().join("sines.csv");
@@ -279,11 +279,9 @@ fn forecasting_run_writes_artifacts_and_reloads() {
     let data = ForecastData::new(&series, &csv_path, &[], &[], 32, 6, split).unwrap();
     let dev = Default::default();
     let run = ForecastTrainingConfig::new(config(2, 2, true, true), 32)
-        .with_lr(3e-3)
-        .with_batch_size(16)
-        .with_epochs(2);
-    // held through the run: `train_forecaster` seeds the generator with `run.seed` and draws
-    let _rng = common::seeded(run.seed);
+        .with_run(RunConfig::new(3e-3).with_batch_size(16).with_epochs(2));
+    // held through the run: `train_forecaster` seeds the generator with `run.run.seed` and draws
+    let _rng = common::seeded(run.run.seed);
     let untrained: Mamba2Forecaster<B> = run.model.init(&dev).unwrap();
     let before = evaluate_forecaster(&untrained, &data.test, 32, 64, &dev).unwrap();
     let artifacts = dir.path().join("run");
@@ -460,7 +458,7 @@ fn patch_settings_are_checked() {
 fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
     use mamba2_burn::load_module_record;
     use mamba2_burn::train::{
-        evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode,
+        evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode, RunConfig,
     };
     let dir = tempfile::tempdir().unwrap();
     let data = sines(&[]);
@@ -496,11 +494,9 @@ fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
         .with_patch_stride(Some(2));
     let run = |lr: f64, patience: Option<usize>, name: &str| {
         let run = ForecastTrainingConfig::new(model.clone(), 32)
-            .with_lr(lr)
-            .with_batch_size(16)
-            .with_epochs(5)
+            .with_run(RunConfig::new(lr).with_batch_size(16).with_epochs(5))
             .with_patience(patience);
-        let _rng = common::seeded(run.seed);
+        let _rng = common::seeded(run.run.seed);
         let artifacts = dir.path().join(name);
         let trained = train_forecaster::<A, _, _>(
             &run,

@@ -70,8 +70,8 @@ fn train(
 fn learner_run_writes_artifacts_and_lowers_the_loss() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(2, 5e-3);
-    // held through the run: `train_lm` seeds the generator with `config.seed` and draws
-    let _rng = common::seeded(config.seed);
+    // held through the run: `train_lm` seeds the generator with `config.run.seed` and draws
+    let _rng = common::seeded(config.run.seed);
     let initial = config.model.init::<Inner>(&dev()).unwrap();
     let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
     let model = train(&config, dir.path(), false).unwrap();
@@ -122,8 +122,9 @@ fn learner_run_writes_artifacts_and_lowers_the_loss() {
 #[test]
 fn resumed_run_reaches_the_same_weights() {
     // batches spread over 2 threads: the parallel step is deterministic too
-    let config = config(3, 5e-3).with_step_threads(2);
-    let _rng = common::seeded(config.seed);
+    let mut config = config(3, 5e-3);
+    config.run.step_threads = 2;
+    let _rng = common::seeded(config.run.seed);
     let full = tempfile::tempdir().unwrap();
     let uninterrupted = train(&config, full.path(), false).unwrap();
 
@@ -163,7 +164,8 @@ fn resumed_run_reaches_the_same_weights() {
     assert_eq!(resume, 0.0, "resumed weights differ by {resume:e}");
 
     // resuming with another config, or with no checkpoint, is an error
-    let other = config.clone().with_lr(1e-3);
+    let mut other = config.clone();
+    other.run.lr = 1e-3;
     assert!(matches!(
         train(&other, cut.path(), true).unwrap_err(),
         Mamba2Error::File { .. }
@@ -221,7 +223,7 @@ fn a_diverging_run_stops_with_an_error_naming_the_step() {
 fn copy_task_loss_falls_within_a_few_hundred_steps() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(1, 1e-2);
-    let _rng = common::seeded(config.seed);
+    let _rng = common::seeded(config.run.seed);
     let initial = config.model.init::<Inner>(&dev()).unwrap();
     let before = evaluate_lm(&initial, &data(3, 128), 64, Some(0), 1, &dev()).unwrap();
     // 600 steps of 16 sequences
@@ -377,4 +379,64 @@ fn a_packed_batch_scores_each_document_on_its_own() {
         (plain - packed).abs() > 1e-4 * packed,
         "documents change the loss"
     );
+}
+
+/// The `config.json` of runs made before the run's settings were nested under `run` (written by
+/// the crate's earlier layout: `tests/fixtures/configs`) load with every setting in place, save in
+/// the nested layout, and load back to the same config; so an earlier run still resumes (resume
+/// compares the saved config with the run's).
+#[test]
+fn training_configs_of_the_flat_layout_still_load() {
+    use burn::config::Config;
+    use mamba2_burn::train::{ForecastLoss, ForecastTrainingConfig};
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs");
+    let tmp = tempfile::tempdir().unwrap();
+
+    let lm = LmTrainingConfig::load(dir.join("lm-training-flat.json")).unwrap();
+    let r = &lm.run;
+    assert_eq!(
+        (
+            r.lr,
+            r.min_lr_ratio,
+            r.warmup_fraction,
+            r.batch_size,
+            r.epochs,
+            r.seed
+        ),
+        (0.005, 0.1, 0.05, 16, 2, 7)
+    );
+    assert_eq!((r.step_threads, r.optimizer.grad_clip_norm), (1, Some(1.0)));
+    assert_eq!(lm.ignore_index, Some(0));
+    assert_eq!((lm.model.vocab_size, lm.model.backbone.n_layer), (10, 2));
+    let resaved = tmp.path().join("lm.json");
+    lm.save(&resaved).unwrap();
+    let nested: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&resaved).unwrap()).unwrap();
+    assert_eq!(nested["run"]["lr"], serde_json::json!(0.005));
+    assert!(nested.get("lr").is_none(), "lr stays at the top level");
+    let again = LmTrainingConfig::load(&resaved).unwrap();
+    assert_eq!(again.to_string(), lm.to_string());
+
+    let fc = ForecastTrainingConfig::load(dir.join("forecast-training-flat.json")).unwrap();
+    let r = &fc.run;
+    assert_eq!(
+        (r.lr, r.batch_size, r.epochs, r.seed, r.step_threads),
+        (0.003, 16, 2, 42, 1)
+    );
+    assert_eq!(fc.lookback, 32);
+    assert_eq!(fc.model.horizon, 6);
+    assert!(matches!(fc.loss, ForecastLoss::Mse));
+    assert_eq!((fc.patience, fc.restore_best), (None, true));
+    let resaved = tmp.path().join("forecast.json");
+    fc.save(&resaved).unwrap();
+    let again = ForecastTrainingConfig::load(&resaved).unwrap();
+    assert_eq!(again.to_string(), fc.to_string());
+
+    // a run's settings in both places is refused, naming the field
+    let both = r#"{"model": {}, "run": {"lr": 0.1}, "epochs": 3}"#;
+    let path = tmp.path().join("both.json");
+    std::fs::write(&path, both).unwrap();
+    let e = LmTrainingConfig::load(&path).unwrap_err().to_string();
+    assert!(e.contains("`epochs`"), "{e}");
 }

@@ -5,7 +5,8 @@ use std::time::Instant;
 use burn::data::dataset::Dataset;
 use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
 use mamba2_burn::train::{
-    direction_accuracy, evaluate_forecaster, train_forecaster, ForecastLoss, ForecastTrainingConfig,
+    direction_accuracy, evaluate_forecaster, train_forecaster, ForecastLoss,
+    ForecastTrainingConfig, RunConfig,
 };
 use mamba2_burn::SsdAutodiffBackend;
 use mamba2_burn::{ForecastHead, Mamba2ForecasterConfig};
@@ -137,12 +138,14 @@ pub fn run<B: SsdAutodiffBackend>(
     let config = ForecastTrainingConfig::new(model, lookback)
         .with_loss(loss)
         .with_patience(patience)
-        .with_lr(args.lr.unwrap_or(d.lr))
-        .with_optimizer(optimizer(args))
-        .with_batch_size(batch_size)
-        .with_epochs(epochs)
-        .with_seed(args.seed)
-        .with_step_threads(step_threads(args));
+        .with_run(
+            RunConfig::new(args.lr.unwrap_or(d.lr))
+                .with_optimizer(optimizer(args))
+                .with_batch_size(batch_size)
+                .with_epochs(epochs)
+                .with_seed(args.seed)
+                .with_step_threads(step_threads(args)),
+        );
     let task_name = if market { "market" } else { "forecast" };
     let artifacts = artifacts_dir(args, task_name);
     println!(
@@ -150,7 +153,7 @@ pub fn run<B: SsdAutodiffBackend>(
         data.train.len(),
         data.valid.len(),
         data.test.len(),
-        config.step_threads,
+        config.run.step_threads,
         artifacts.display()
     );
     let model = train_forecaster::<B, _, _>(

@@ -7,7 +7,7 @@ use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
 use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
-use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig};
+use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, RunConfig};
 use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
 
@@ -140,21 +140,22 @@ pub fn run<B: SsdAutodiffBackend>(
     let epochs = epochs_for(args, &d, steps_per_epoch);
     let model =
         Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab).with_pad_vocab_size_multiple(8);
-    let config = LmTrainingConfig::new(model)
-        .with_lr(args.lr.unwrap_or(d.lr))
+    let run = RunConfig::new(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed)
-        .with_ignore_index(data.ignore_index)
         .with_step_threads(step_threads(args));
+    let config = LmTrainingConfig::new(model)
+        .with_run(run)
+        .with_ignore_index(data.ignore_index);
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
     println!(
         "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size} on {} threads; artifacts in {}",
         data.describe,
         data.train.len(),
-        config.step_threads,
+        config.run.step_threads,
         artifacts.display()
     );
 
@@ -181,7 +182,7 @@ pub fn run<B: SsdAutodiffBackend>(
         &test,
         64,
         ignore_index,
-        config.step_threads,
+        config.run.step_threads,
         &device,
     )?;
     let elapsed = start.elapsed().as_secs_f64();

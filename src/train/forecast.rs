@@ -13,56 +13,118 @@ use burn::tensor::{ElementConversion, Tensor};
 use burn::train::metric::LossMetric;
 
 use super::batch::{ForecastBatch, ForecastLoss, WindowBatcher};
-use super::optim::Mamba2OptimizerConfig;
-use super::run::{best_valid_epoch, launch, run_of, ProgressMode, RunData};
+use super::config::{deprecated_run_builders, nest_run_fields, training_config_io, RunConfig};
+use super::run::{best_valid_epoch, launch, ProgressMode, Run, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use crate::checkpoint::record::{load_module_record, save_config, save_record};
 use crate::data::timeseries::{Standardizer, WindowDataset, WindowItem};
 use crate::error::Mamba2Error;
 use crate::models::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 
-/// Configuration of a forecasting run (saved as `config.json` in its artifacts).
-#[derive(Config, Debug)]
+/// Configuration of a forecasting run (saved as `config.json` in its artifacts; one written
+/// before the run's settings were nested under `run` reads as well).
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct ForecastTrainingConfig {
     /// The model.
     pub model: Mamba2ForecasterConfig,
     /// Steps per input window.
     pub lookback: usize,
-    /// The optimizer.
-    #[config(default = "Mamba2OptimizerConfig::new()")]
-    pub optimizer: Mamba2OptimizerConfig,
-    /// Peak learning rate. Default: 1e-3.
-    #[config(default = 1e-3)]
-    pub lr: f64,
-    /// Final learning rate, as a fraction of the peak. Default: 0.1.
-    #[config(default = 0.1)]
-    pub min_lr_ratio: f64,
-    /// Warmup length, as a fraction of all steps. Default: 0.05.
-    #[config(default = 0.05)]
-    pub warmup_fraction: f64,
-    /// Windows per batch. Default: 32.
-    #[config(default = 32)]
-    pub batch_size: usize,
-    /// Passes over the training windows. Default: 10.
-    #[config(default = 10)]
-    pub epochs: usize,
-    /// Seed of the weights and the data order. Default: 42.
-    #[config(default = 42)]
-    pub seed: u64,
-    /// Threads each training step spreads its batch over, as
-    /// [`LmTrainingConfig::step_threads`](super::LmTrainingConfig::step_threads). Default: 1.
-    #[config(default = 1)]
-    pub step_threads: usize,
+    /// The optimizer, schedule, batch size (windows per batch), epochs, seed and threads.
+    /// Default: `RunConfig::new(1e-3)` (peak learning rate 1e-3).
+    pub run: RunConfig,
     /// The training loss (validation always reports the MSE). Default: MSE.
-    #[config(default = "ForecastLoss::Mse")]
     pub loss: ForecastLoss,
     /// Stop when the validation loss has not improved for this many epochs (`None`: run every
     /// epoch; see [`ValidLossStopping`](super::ValidLossStopping)). Default: None.
     pub patience: Option<usize>,
     /// End with the weights of the epoch with the lowest validation loss instead of the last
     /// epoch's. Default: true.
-    #[config(default = true)]
     pub restore_best: bool,
+}
+
+/// The peak learning rate of a forecasting run unless set.
+const DEFAULT_LR: f64 = 1e-3;
+
+impl ForecastTrainingConfig {
+    /// A run of `model` on windows of `lookback` steps, with the default settings.
+    pub fn new(model: Mamba2ForecasterConfig, lookback: usize) -> Self {
+        Self {
+            model,
+            lookback,
+            run: RunConfig::new(DEFAULT_LR),
+            loss: ForecastLoss::Mse,
+            patience: None,
+            restore_best: true,
+        }
+    }
+
+    /// With these run settings.
+    pub fn with_run(mut self, run: RunConfig) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// With this training loss.
+    pub fn with_loss(mut self, loss: ForecastLoss) -> Self {
+        self.loss = loss;
+        self
+    }
+
+    /// With early stopping after this many epochs without improvement (`None`: none).
+    pub fn with_patience(mut self, patience: Option<usize>) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// Ending with the best validation epoch's weights (`true`) or the last epoch's.
+    pub fn with_restore_best(mut self, restore_best: bool) -> Self {
+        self.restore_best = restore_best;
+        self
+    }
+}
+
+training_config_io!(ForecastTrainingConfig);
+deprecated_run_builders!(ForecastTrainingConfig);
+
+impl<'de> serde::Deserialize<'de> for ForecastTrainingConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        fn mse() -> ForecastLoss {
+            ForecastLoss::Mse
+        }
+        fn yes() -> bool {
+            true
+        }
+        #[derive(serde::Deserialize)]
+        struct Nested {
+            model: Mamba2ForecasterConfig,
+            lookback: usize,
+            run: RunConfig,
+            #[serde(default = "mse")]
+            loss: ForecastLoss,
+            patience: Option<usize>,
+            #[serde(default = "yes")]
+            restore_best: bool,
+        }
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        nest_run_fields(&mut value, DEFAULT_LR).map_err(D::Error::custom)?;
+        let Nested {
+            model,
+            lookback,
+            run,
+            loss,
+            patience,
+            restore_best,
+        } = serde_json::from_value(value).map_err(D::Error::custom)?;
+        Ok(Self {
+            model,
+            lookback,
+            run,
+            loss,
+            patience,
+            restore_best,
+        })
+    }
 }
 
 /// Trains a [`Mamba2Forecaster`] on the windows of `train` with the configured loss, validating
@@ -96,7 +158,12 @@ where
         valid_batcher: batcher,
         bucket: None,
     };
-    let run = run_of!(config, artifacts, resume, progress);
+    let run = Run {
+        config: &config.run,
+        artifacts,
+        resume,
+        progress,
+    };
     let init = |device: &B::Device| config.model.init::<B>(device);
     let mut model = launch(&run, config, init, data, device, |training, start_epoch| {
         let retention = match start_epoch {
@@ -113,7 +180,7 @@ where
         }
     })?;
     if config.restore_best {
-        if let Some(epoch) = best_valid_epoch(artifacts, config.epochs) {
+        if let Some(epoch) = best_valid_epoch(artifacts, config.run.epochs) {
             let checkpoint = artifacts.join("checkpoint").join(format!("model-{epoch}"));
             model = load_module_record(model, checkpoint, device)?;
         }

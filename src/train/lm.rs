@@ -3,54 +3,84 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use burn::config::Config;
 use burn::data::dataset::Dataset;
 use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 
 use super::batch::{LmBatch, SequenceBatcher};
-use super::optim::Mamba2OptimizerConfig;
+use super::config::{deprecated_run_builders, nest_run_fields, training_config_io, RunConfig};
 use super::parallel::{parallel_map, split_rows};
-use super::run::{launch, run_of, ProgressMode, RunData};
+use super::run::{launch, ProgressMode, Run, RunData};
 use crate::checkpoint::save_lm;
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
 use crate::models::lm::{check_in_vocab, Mamba2Lm, Mamba2LmConfig};
 use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 
-/// Configuration of a language-model training run (saved as `config.json` in its artifacts).
-#[derive(Config, Debug)]
+/// Configuration of a language-model training run (saved as `config.json` in its artifacts;
+/// one written before the run's settings were nested under `run` reads as well).
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct LmTrainingConfig {
     /// The model.
     pub model: Mamba2LmConfig,
-    /// The optimizer.
-    #[config(default = "Mamba2OptimizerConfig::new()")]
-    pub optimizer: Mamba2OptimizerConfig,
-    /// Peak learning rate. Default: 3e-3.
-    #[config(default = 3e-3)]
-    pub lr: f64,
-    /// Final learning rate, as a fraction of the peak. Default: 0.1.
-    #[config(default = 0.1)]
-    pub min_lr_ratio: f64,
-    /// Warmup length, as a fraction of all steps. Default: 0.05.
-    #[config(default = 0.05)]
-    pub warmup_fraction: f64,
-    /// Sequences per batch. Default: 32.
-    #[config(default = 32)]
-    pub batch_size: usize,
-    /// Passes over the training set. Default: 10.
-    #[config(default = 10)]
-    pub epochs: usize,
-    /// Seed of the weights and the data order. Default: 42.
-    #[config(default = 42)]
-    pub seed: u64,
-    /// Target id of unscored positions (`None`: all positions are scored).
+    /// The optimizer, schedule, batch size, epochs, seed and threads. Default:
+    /// `RunConfig::new(3e-3)` (peak learning rate 3e-3).
+    pub run: RunConfig,
+    /// Target id of unscored positions (`None`: all positions are scored). Default: None.
     pub ignore_index: Option<usize>,
-    /// Threads each training step spreads its batch over (same gradient as one thread; see
-    /// [`Threaded`](super::Threaded)). Worth the cores of a CPU backend; 1 on a GPU.
-    /// Default: 1.
-    #[config(default = 1)]
-    pub step_threads: usize,
+}
+
+/// The peak learning rate of a language-model run unless set.
+const DEFAULT_LR: f64 = 3e-3;
+
+impl LmTrainingConfig {
+    /// A run of `model` with the default run settings.
+    pub fn new(model: Mamba2LmConfig) -> Self {
+        Self {
+            model,
+            run: RunConfig::new(DEFAULT_LR),
+            ignore_index: None,
+        }
+    }
+
+    /// With these run settings.
+    pub fn with_run(mut self, run: RunConfig) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// With this target id left unscored.
+    pub fn with_ignore_index(mut self, ignore_index: Option<usize>) -> Self {
+        self.ignore_index = ignore_index;
+        self
+    }
+}
+
+training_config_io!(LmTrainingConfig);
+deprecated_run_builders!(LmTrainingConfig);
+
+impl<'de> serde::Deserialize<'de> for LmTrainingConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(serde::Deserialize)]
+        struct Nested {
+            model: Mamba2LmConfig,
+            run: RunConfig,
+            ignore_index: Option<usize>,
+        }
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        nest_run_fields(&mut value, DEFAULT_LR).map_err(D::Error::custom)?;
+        let Nested {
+            model,
+            run,
+            ignore_index,
+        } = serde_json::from_value(value).map_err(D::Error::custom)?;
+        Ok(Self {
+            model,
+            run,
+            ignore_index,
+        })
+    }
 }
 
 /// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
@@ -103,7 +133,12 @@ where
         // sequences of different lengths (a mixed training set) are batched apart
         bucket: Some(Arc::new(|item: &SequenceItem| item.input.len())),
     };
-    let run = run_of!(config, artifacts, resume, progress);
+    let run = Run {
+        config: &config.run,
+        artifacts,
+        resume,
+        progress,
+    };
     let init = |device: &B::Device| config.model.init::<B>(device);
     let model = launch(&run, config, init, data, device, |training, _| {
         training

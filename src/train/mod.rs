@@ -24,6 +24,7 @@
 //! count.
 
 mod batch;
+mod config;
 mod forecast;
 mod lm;
 mod optim;
@@ -38,6 +39,7 @@ mod threaded;
 pub use batch::{
     ForecastBatch, ForecastLoss, LmBatch, RegressionBatch, SequenceBatcher, WindowBatcher,
 };
+pub use config::RunConfig;
 pub use forecast::{
     direction_accuracy, evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster,
     ForecastScores, ForecastTrainingConfig,

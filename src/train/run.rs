@@ -15,7 +15,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{ItemLazy, LearningRateMetric};
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
 
-use super::optim::{Mamba2Optimizer, Mamba2OptimizerConfig, NonFiniteGuard};
+use super::config::RunConfig;
+use super::optim::{Mamba2Optimizer, NonFiniteGuard};
 use super::progress::PlainProgress;
 use super::schedule::WarmupCosineLr;
 use super::step::SupervisedModel;
@@ -276,42 +277,13 @@ fn plain_progress(progress: ProgressMode) -> bool {
     progress == ProgressMode::Plain || !std::io::stdout().is_terminal()
 }
 
-/// What every training run of this crate shares: its schedule, its threads, its data order
-/// and where it writes ([`run_of`] takes them from a run config).
+/// A training run: its settings, where it writes, whether it resumes, how it shows progress.
 pub(crate) struct Run<'a> {
-    pub optimizer: &'a Mamba2OptimizerConfig,
-    pub lr: f64,
-    pub min_lr_ratio: f64,
-    pub warmup_fraction: f64,
-    pub batch_size: usize,
-    pub epochs: usize,
-    pub seed: u64,
-    pub step_threads: usize,
+    pub config: &'a RunConfig,
     pub artifacts: &'a Path,
     pub resume: bool,
     pub progress: ProgressMode,
 }
-
-/// The [`Run`] of a run config (the fields both run configs name alike), its artifacts
-/// directory, resume flag and progress mode.
-macro_rules! run_of {
-    ($config:expr, $artifacts:expr, $resume:expr, $progress:expr) => {
-        $crate::train::run::Run {
-            optimizer: &$config.optimizer,
-            lr: $config.lr,
-            min_lr_ratio: $config.min_lr_ratio,
-            warmup_fraction: $config.warmup_fraction,
-            batch_size: $config.batch_size,
-            epochs: $config.epochs,
-            seed: $config.seed,
-            step_threads: $config.step_threads,
-            artifacts: $artifacts,
-            resume: $resume,
-            progress: $progress,
-        }
-    };
-}
-pub(crate) use run_of;
 
 /// A run's data: the training and validation sets, their batchers (validation may score
 /// another loss), and the key that batches training items apart (items of one key per batch).
@@ -362,39 +334,40 @@ where
     InnerBatch<B, M>: 'static,
     InnerOutput<B, M>: ItemLazy + 'static,
 {
+    let settings = run.config;
     let sizes = (data.train.len(), data.valid.len());
     let start_epoch = prepare_run(
         config,
-        run.batch_size,
-        run.epochs,
+        settings.batch_size,
+        settings.epochs,
         sizes,
         run.artifacts,
         run.resume,
     )?;
-    B::seed(device, run.seed);
-    let model = Threaded::new(init(device)?, run.step_threads);
+    B::seed(device, settings.seed);
+    let model = Threaded::new(init(device)?, settings.step_threads);
     let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
         data.train,
         data.valid,
         data.batcher,
         data.valid_batcher,
-        run.batch_size,
-        run.seed,
+        settings.batch_size,
+        settings.seed,
         start_epoch,
         data.bucket,
         device,
     );
     let steps_per_epoch = dl_train.batches_per_epoch();
     let scheduler = WarmupCosineLr::from_fractions(
-        run.lr,
-        run.min_lr_ratio,
-        run.warmup_fraction,
-        steps_per_epoch * run.epochs,
+        settings.lr,
+        settings.min_lr_ratio,
+        settings.warmup_fraction,
+        steps_per_epoch * settings.epochs,
     );
     let mut training = SupervisedTraining::new(run.artifacts, dl_train, dl_valid)
         .metric_train_numeric(LearningRateMetric::new())
         .with_file_checkpointer(crate::checkpoint::record::CheckpointRecorder::default())
-        .num_epochs(run.epochs);
+        .num_epochs(settings.epochs);
     if plain_progress(run.progress) {
         training = training.renderer(PlainProgress::new(4));
     }
@@ -403,9 +376,9 @@ where
     }
     let training = configure(training, start_epoch);
     let guard = NonFiniteGuard::new(Some(training.interrupter()));
-    let optimizer = run.optimizer.init::<B, Threaded<B, M>>(guard.clone());
+    let optimizer = settings.optimizer.init::<B, Threaded<B, M>>(guard.clone());
     let result = training.launch(Learner::new(model, optimizer, scheduler));
-    finish_run(&guard, run.artifacts, steps_per_epoch, run.epochs)?;
+    finish_run(&guard, run.artifacts, steps_per_epoch, settings.epochs)?;
     Ok(result.model.into_inner())
 }
 

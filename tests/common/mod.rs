@@ -14,7 +14,7 @@ use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
-use mamba2_burn::train::LmTrainingConfig;
+use mamba2_burn::train::{LmTrainingConfig, RunConfig};
 use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
 
 static GENERATOR: Mutex<()> = Mutex::new(());
@@ -52,9 +52,11 @@ pub fn copy_lm_config(epochs: usize, lr: f64) -> LmTrainingConfig {
     let model = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 10)
         .with_pad_vocab_size_multiple(8);
     LmTrainingConfig::new(model)
-        .with_lr(lr)
-        .with_batch_size(16)
-        .with_epochs(epochs)
-        .with_seed(7)
+        .with_run(
+            RunConfig::new(lr)
+                .with_batch_size(16)
+                .with_epochs(epochs)
+                .with_seed(7),
+        )
         .with_ignore_index(Some(copy::NOISE as usize))
 }

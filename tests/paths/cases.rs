@@ -473,7 +473,7 @@ case! {
         use mamba2_burn::train::{evaluate_lm, train_lm, ProgressMode};
         let config = copy_lm_config(2, 5e-3);
         let dir = tempfile::tempdir().unwrap();
-        let _rng = seeded(config.seed);
+        let _rng = seeded(config.run.seed);
         let initial = config.model.init::<B>(&dev()).unwrap();
         let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
         let trained = train_lm::<Autodiff<B>, _, _>(
