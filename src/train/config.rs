@@ -56,10 +56,11 @@ const RUN_FIELDS: [&str; 8] = [
 ];
 
 /// Reads a training config's JSON object of either layout into the nested one: with no `run`
-/// object, the [`RunConfig`] fields at the top level move into one (and a missing `lr` is the
-/// task's `default_lr`, as it was for the flat layout); a `run` object beside top-level run
-/// fields is an error, as it is ambiguous which one holds.
-pub(crate) fn nest_run_fields(value: &mut Value, default_lr: f64) -> Result<(), String> {
+/// object, the [`RunConfig`] fields at the top level move into one; a `run` object beside
+/// top-level run fields is an error, as it is ambiguous which one holds. (As with every config
+/// of Burn's `Config` derive, each field must be present: a missing one is an error when the
+/// result is read, with its name.)
+pub(crate) fn nest_run_fields(value: &mut Value) -> Result<(), String> {
     let Value::Object(fields) = value else {
         return Err("a training config is a JSON object".to_string());
     };
@@ -81,7 +82,6 @@ pub(crate) fn nest_run_fields(value: &mut Value, default_lr: f64) -> Result<(), 
             run.insert(name.to_string(), v);
         }
     }
-    run.entry("lr").or_insert(Value::from(default_lr));
     fields.insert("run".to_string(), Value::Object(run));
     Ok(())
 }
@@ -161,30 +161,23 @@ mod tests {
 
     #[test]
     fn flat_run_fields_move_under_run() {
-        let mut v: Value = serde_json::json!({"model": {}, "lr": 0.5, "epochs": 3});
-        nest_run_fields(&mut v, 1e-3).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"model": {}, "run": {"lr": 0.5, "epochs": 3}})
-        );
-        let run: RunConfig = serde_json::from_value(v["run"].clone()).unwrap();
-        assert_eq!((run.lr, run.epochs, run.batch_size), (0.5, 3, 32));
-    }
-
-    #[test]
-    fn a_flat_config_without_lr_gets_the_tasks_default() {
-        let mut v: Value = serde_json::json!({"model": {}});
-        nest_run_fields(&mut v, 3e-3).unwrap();
-        assert_eq!(v["run"]["lr"], serde_json::json!(3e-3));
+        let run = RunConfig::new(0.5).with_epochs(3);
+        let mut flat = serde_json::to_value(&run).unwrap();
+        flat["model"] = serde_json::json!({"d_model": 4});
+        nest_run_fields(&mut flat).unwrap();
+        assert_eq!(flat["model"], serde_json::json!({"d_model": 4}));
+        assert_eq!(flat.as_object().unwrap().len(), 2, "{flat}");
+        let read: RunConfig = serde_json::from_value(flat["run"].clone()).unwrap();
+        assert_eq!(read.to_string(), run.to_string());
     }
 
     #[test]
     fn run_fields_in_both_places_are_an_error() {
         let mut v: Value = serde_json::json!({"run": {"lr": 0.5}, "seed": 1});
-        let e = nest_run_fields(&mut v, 1e-3).unwrap_err();
+        let e = nest_run_fields(&mut v).unwrap_err();
         assert!(e.contains("`seed`"), "{e}");
         let mut nested: Value = serde_json::json!({"run": {"lr": 0.5}});
-        nest_run_fields(&mut nested, 1e-3).unwrap();
+        nest_run_fields(&mut nested).unwrap();
         assert_eq!(nested, serde_json::json!({"run": {"lr": 0.5}}));
     }
 }

@@ -89,25 +89,17 @@ deprecated_run_builders!(ForecastTrainingConfig);
 impl<'de> serde::Deserialize<'de> for ForecastTrainingConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        fn mse() -> ForecastLoss {
-            ForecastLoss::Mse
-        }
-        fn yes() -> bool {
-            true
-        }
         #[derive(serde::Deserialize)]
         struct Nested {
             model: Mamba2ForecasterConfig,
             lookback: usize,
             run: RunConfig,
-            #[serde(default = "mse")]
             loss: ForecastLoss,
             patience: Option<usize>,
-            #[serde(default = "yes")]
             restore_best: bool,
         }
         let mut value = serde_json::Value::deserialize(deserializer)?;
-        nest_run_fields(&mut value, DEFAULT_LR).map_err(D::Error::custom)?;
+        nest_run_fields(&mut value).map_err(D::Error::custom)?;
         let Nested {
             model,
             lookback,

@@ -69,7 +69,7 @@ impl<'de> serde::Deserialize<'de> for LmTrainingConfig {
             ignore_index: Option<usize>,
         }
         let mut value = serde_json::Value::deserialize(deserializer)?;
-        nest_run_fields(&mut value, DEFAULT_LR).map_err(D::Error::custom)?;
+        nest_run_fields(&mut value).map_err(D::Error::custom)?;
         let Nested {
             model,
             run,
