@@ -268,6 +268,8 @@ fn edited_case(case: &str, edit: impl FnOnce(&mut Vec<Entry>)) -> tempfile::Temp
 
 #[test]
 fn rewritten_checkpoint_loads() {
+    // loading initialises the model from the generator first
+    let _rng = common::seeded(24);
     // the hand-written writer itself produces a loadable file
     let dir = edited_case("tiny", |_| {});
     let loaded = load_lm::<B>(dir.path(), &dev()).unwrap();
@@ -280,6 +282,8 @@ fn rewritten_checkpoint_loads() {
 
 #[test]
 fn broken_checkpoints_are_errors() {
+    // loading initialises the model from the generator first
+    let _rng = common::seeded(25);
     let missing = edited_case("tiny", |e| {
         e.retain(|t| t.name != "backbone.layers.1.mixer.D")
     });
@@ -408,6 +412,8 @@ fn broken_checkpoints_are_errors() {
 
 #[test]
 fn configs_of_both_formats_are_read() {
+    // loading initialises the model from the generator first
+    let _rng = common::seeded(26);
     let (hf, format) = read_config(&fixture("dtlimit_groups4")).unwrap();
     assert_eq!(format, CheckpointFormat::HuggingFace);
     assert_eq!(

@@ -9,7 +9,7 @@
 //! This file is its own test binary: the float type of the NdArray device is process-wide, and
 //! it must be f64 before the first tensor exists.
 
-use crate::common;
+mod common;
 
 use std::sync::Once;
 

@@ -1,7 +1,8 @@
 //! The test suite in one binary: each file a module, so that the models' code for each backend
 //! (NdArray, Autodiff, Wgpu with and without fusion, the Learner) is compiled once, not once per
-//! file. The loaders' mutation tests (`fuzz.rs`, `market.rs`) are binaries of their own: they
-//! measure the largest allocation of the whole process.
+//! file. Binaries of their own: the loaders' mutation tests (`fuzz.rs`, `market.rs`), which
+//! measure the largest allocation of the whole process, and the `f64` gradient checks
+//! (`gradcheck_f64.rs`), which set the NdArray device's float type before any tensor exists.
 //!
 //! `cargo test --release --features dbn,wgpu --test suite [NAME]` runs it, or the tests whose
 //! path contains NAME (`reference`, `paths::ndarray`, ...).
@@ -12,7 +13,6 @@ mod backend;
 mod errors;
 #[cfg(feature = "timeseries")]
 mod forecaster;
-mod gradcheck_f64;
 mod paths;
 mod reference;
 #[cfg(feature = "timeseries")]
