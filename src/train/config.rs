@@ -140,8 +140,10 @@ macro_rules! deprecated_run_builders {
 }
 pub(crate) use deprecated_run_builders;
 
-/// `Display` as JSON and Burn's [`Config`] (save, load) for a training config with a hand-written
-/// `Deserialize` (the one that reads both layouts).
+/// `Display` as JSON, Burn's [`Config`] (save, load) and serde for a training config whose
+/// struct derives serde with `#[serde(remote = "Self")]`: the derived code serves as is for
+/// writing, and for reading after a config of the flat layout (the run's fields beside the
+/// model) has been nested ([`nest_run_fields`]).
 macro_rules! training_config_io {
     ($config:ty) => {
         impl burn::config::Config for $config {}
@@ -149,6 +151,21 @@ macro_rules! training_config_io {
         impl core::fmt::Display for $config {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
                 f.write_str(&burn::config::config_to_json(self))
+            }
+        }
+
+        impl serde::Serialize for $config {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                <$config>::serialize(self, serializer)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $config {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                use serde::de::Error;
+                let mut value = serde_json::Value::deserialize(deserializer)?;
+                $crate::train::config::nest_run_fields(&mut value).map_err(D::Error::custom)?;
+                <$config>::deserialize(value).map_err(D::Error::custom)
             }
         }
     };

@@ -13,7 +13,7 @@ use burn::tensor::{ElementConversion, Tensor};
 use burn::train::metric::LossMetric;
 
 use super::batch::{ForecastBatch, ForecastLoss, WindowBatcher};
-use super::config::{deprecated_run_builders, nest_run_fields, training_config_io, RunConfig};
+use super::config::{deprecated_run_builders, training_config_io, RunConfig};
 use super::run::{best_valid_epoch, launch, ProgressMode, Run, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use crate::checkpoint::record::{load_module_record, save_config, save_record};
@@ -23,7 +23,8 @@ use crate::models::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 
 /// Configuration of a forecasting run (saved as `config.json` in its artifacts; one written
 /// before the run's settings were nested under `run` reads as well).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct ForecastTrainingConfig {
     /// The model.
     pub model: Mamba2ForecasterConfig,
@@ -85,39 +86,6 @@ impl ForecastTrainingConfig {
 
 training_config_io!(ForecastTrainingConfig);
 deprecated_run_builders!(ForecastTrainingConfig);
-
-impl<'de> serde::Deserialize<'de> for ForecastTrainingConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        #[derive(serde::Deserialize)]
-        struct Nested {
-            model: Mamba2ForecasterConfig,
-            lookback: usize,
-            run: RunConfig,
-            loss: ForecastLoss,
-            patience: Option<usize>,
-            restore_best: bool,
-        }
-        let mut value = serde_json::Value::deserialize(deserializer)?;
-        nest_run_fields(&mut value).map_err(D::Error::custom)?;
-        let Nested {
-            model,
-            lookback,
-            run,
-            loss,
-            patience,
-            restore_best,
-        } = serde_json::from_value(value).map_err(D::Error::custom)?;
-        Ok(Self {
-            model,
-            lookback,
-            run,
-            loss,
-            patience,
-            restore_best,
-        })
-    }
-}
 
 /// Trains a [`Mamba2Forecaster`] on the windows of `train` with the configured loss, validating
 /// on `valid` (by the MSE) after every epoch, and leaves in `artifacts` what [`train_lm`](super::train_lm)

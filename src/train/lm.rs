@@ -8,7 +8,7 @@ use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 
 use super::batch::{LmBatch, SequenceBatcher};
-use super::config::{deprecated_run_builders, nest_run_fields, training_config_io, RunConfig};
+use super::config::{deprecated_run_builders, training_config_io, RunConfig};
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
 use crate::checkpoint::save_lm;
@@ -19,7 +19,8 @@ use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 
 /// Configuration of a language-model training run (saved as `config.json` in its artifacts;
 /// one written before the run's settings were nested under `run` reads as well).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct LmTrainingConfig {
     /// The model.
     pub model: Mamba2LmConfig,
@@ -58,30 +59,6 @@ impl LmTrainingConfig {
 
 training_config_io!(LmTrainingConfig);
 deprecated_run_builders!(LmTrainingConfig);
-
-impl<'de> serde::Deserialize<'de> for LmTrainingConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        #[derive(serde::Deserialize)]
-        struct Nested {
-            model: Mamba2LmConfig,
-            run: RunConfig,
-            ignore_index: Option<usize>,
-        }
-        let mut value = serde_json::Value::deserialize(deserializer)?;
-        nest_run_fields(&mut value).map_err(D::Error::custom)?;
-        let Nested {
-            model,
-            run,
-            ignore_index,
-        } = serde_json::from_value(value).map_err(D::Error::custom)?;
-        Ok(Self {
-            model,
-            run,
-            ignore_index,
-        })
-    }
-}
 
 /// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
 /// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
