@@ -1,33 +1,23 @@
-//! The CubeCL kernels of the fused chunked scan, in `f32`, on contiguous tensors.
+//! The CubeCL kernels of the fused chunked scan ([`super::forward`], [`super::backward`]), in
+//! `f32`, on contiguous tensors: what no matrix product does (the decays, the decay-weighted
+//! scores, the recurrences over chunks, the layouts).
 //!
-//! Dimension letters as in [`crate::ssd`]: `b` batch, `l` length, `h` heads, `p` the input's
-//! head dimension, `g` groups, `n` the state dimension, `q` chunk length, `c` chunks. The
-//! kernels walk the padded sequence of `c·q` positions in *logical* order `τ`: forward, `τ`
-//! is the time `t`; in reverse (the adjoint scan of the backward), `t = c·q - 1 - τ`, and the
-//! decay applied at `τ` is that of `t + 1`. A position `t ≥ l` is padding: no input, no decay.
+//! Dimension letters as in [`crate::ssd`]: `b` batch, `l` length, `h` heads (`r` per group),
+//! `p` the input's head dimension, `g` groups, `n` the state dimension, `q` chunk length, `c`
+//! chunks. A position `t ≥ l` of the padded sequence of `c·q` positions is padding: no input,
+//! no decay.
 //!
-//! Every segment of log-decays is summed from its own terms as the loop walks back from its
-//! end (never as a difference of two prefix sums), as in [`crate::ssd::chunked::segment_sums`], so the
-//! document starts' `-10⁴` cannot cancel small terms.
+//! Every segment of log-decays is summed from its own terms as a loop walks along it (never as
+//! a difference of two prefix sums), as in [`crate::ssd::chunked::segment_sums`], so the
+//! document starts' `-10⁴` cannot cancel small terms; the log-decays' gradient sums only the
+//! pairs that span each step.
 
 use cubecl::prelude::*;
 
-/// The time of logical position `tau` in a padded sequence of `padded` positions.
-#[cube]
-fn time_of(tau: usize, padded: usize, #[comptime] reverse: bool) -> usize {
-    if reverse {
-        padded - 1 - tau
-    } else {
-        tau
-    }
-}
-
-/// The per-step log-decays `dA` `[b, h, c·q]`, their inclusive cumulative sums within each
-/// chunk `cs` and the decay from each position to its chunk's end,
-/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`), in logical order. One thread
-/// per `(b, h, chunk)`.
-///
-/// `dA[t] = dt[t]·a + starts[t]·(-10⁴)` (forward) or that of `t + 1` (reverse).
+/// The per-step log-decays `dA[t] = dt[t]·a + starts[t]·(-10⁴)` `[b, h, c·q]`, their inclusive
+/// sums within each chunk `cs` and the decay from each position to its chunk's end,
+/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One thread per
+/// `(b, h, chunk)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decays<F: Float>(
@@ -43,7 +33,6 @@ pub(super) fn decays<F: Float>(
     chunks: u32,
     q: u32,
     #[comptime] has_starts: bool,
-    #[comptime] reverse: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
@@ -57,121 +46,215 @@ pub(super) fn decays<F: Float>(
     let j = id % chunks;
     let h = (id / chunks) % heads;
     let b = id / (chunks * heads);
-    let padded = chunks * q;
+    let row = (b * heads + h) * chunks * q;
     let rate = a[h];
-    let row = (b * heads + h) * padded;
     let mut sum = F::new(0.0);
     for i in 0..q {
-        let tau = j * q + i;
-        let mut src = tau;
-        if reverse {
-            src = padded - tau;
-        }
+        let t = j * q + i;
         let mut d = F::new(0.0);
-        if src < len {
-            d = dt[(b * len + src) * heads + h] * rate;
+        if t < len {
+            d = dt[(b * len + t) * heads + h] * rate;
             if has_starts {
-                d += starts[b * len + src] * F::new(-1.0e4);
+                d += starts[b * len + t] * F::new(-1.0e4);
             }
         }
-        da[row + tau] = d;
+        da[row + t] = d;
         sum += d;
-        cs[row + tau] = sum;
+        cs[row + t] = sum;
     }
     let mut seg = F::new(0.0);
     for k in 0..q {
-        let tau = j * q + q - 1 - k;
-        to_end[row + tau] = seg.exp();
-        seg += da[row + tau];
+        let t = j * q + q - 1 - k;
+        to_end[row + t] = seg.exp();
+        seg += da[row + t];
     }
 }
 
-/// The chunk states, assuming a zero state at each chunk's start:
-/// `states[j] = Σ_s to_end[s] · x̃_s ⊗ B_s`, written to slot `j + 1` of
-/// `out` `[b, c+1, h, p, n]` (slot 0 is the initial state's, filled by [`state_passing`]).
-/// `x̃ = x·dt` when `scaled`, else `x`. One thread per `(b, j, h, p, n)`.
+/// The chunk layouts of a `[b, l, h, p]` tensor `v` that the products read, zero-padded to
+/// `c·q` positions: per head `vc` `[b, c, h, q, p]`, and per group, scaled, `vw` `[b, c, g, q,
+/// r·p]` (the heads of a group side by side). The scale is `decay` (`exp(decay)` when
+/// `exp_decay`), times `dt` when `times_dt`: `x·dt·to_end` for the chunk states' operand of the
+/// forward, `dy·exp(cs)` for the entering states' gradients. One thread per element of
+/// `[b, c, q, h, p]`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_states<F: Float>(
-    x: &Tensor<F>,       // [b, l, h, p]
-    dt: &Tensor<F>,      // [b, l, h] (read when scaled)
-    b_mat: &Tensor<F>,   // [b, l, g, n]
-    to_end: &Tensor<F>,  // [b, h, c·q]
-    out: &mut Tensor<F>, // [b, c+1, h, p, n]
+pub(super) fn chunk_layouts<F: Float>(
+    v: &Tensor<F>,      // [b, l, h, p]
+    dt: &Tensor<F>,     // [b, l, h] (read when times_dt)
+    decay: &Tensor<F>,  // [b, h, c·q]
+    vc: &mut Tensor<F>, // [b, c, h, q, p]
+    vw: &mut Tensor<F>, // [b, c, g, q, r·p]
     batch: u32,
     len: u32,
     heads: u32,
     groups: u32,
     dim_p: u32,
-    dim_n: u32,
     chunks: u32,
     q: u32,
-    #[comptime] scaled: bool,
-    #[comptime] reverse: bool,
+    #[comptime] times_dt: bool,
+    #[comptime] exp_decay: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
     let heads = heads as usize;
     let groups = groups as usize;
     let dim_p = dim_p as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * chunks * q * heads * dim_p {
+        terminate!();
+    }
+    let pp = id % dim_p;
+    let h = (id / dim_p) % heads;
+    let i = (id / (dim_p * heads)) % q;
+    let j = (id / (dim_p * heads * q)) % chunks;
+    let b = id / (dim_p * heads * q * chunks);
+    let t = j * q + i;
+    let mut value = F::new(0.0);
+    let mut scaled = F::new(0.0);
+    if t < len {
+        value = v[((b * len + t) * heads + h) * dim_p + pp];
+        let mut scale = decay[(b * heads + h) * chunks * q + t];
+        if exp_decay {
+            scale = scale.exp();
+        }
+        if times_dt {
+            scale *= dt[(b * len + t) * heads + h];
+        }
+        scaled = value * scale;
+    }
+    vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = value;
+    let r = heads / groups;
+    let g = h / r;
+    vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] = scaled;
+}
+
+/// `B` and `C` in the chunk layout `[b, c, g, q, n]`, zero-padded to `c·q` positions. One
+/// thread per element of `[b, c, q, g, n]`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn chunk_bc<F: Float>(
+    b_mat: &Tensor<F>,  // [b, l, g, n]
+    c_mat: &Tensor<F>,  // [b, l, g, n]
+    bc: &mut Tensor<F>, // [b, c, g, q, n]
+    cc: &mut Tensor<F>, // [b, c, g, q, n]
+    batch: u32,
+    len: u32,
+    groups: u32,
+    dim_n: u32,
+    chunks: u32,
+    q: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let len = len as usize;
+    let groups = groups as usize;
     let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * heads * dim_p * dim_n {
+    if id >= batch as usize * chunks * q * groups * dim_n {
         terminate!();
     }
     let nn = id % dim_n;
-    let pp = (id / dim_n) % dim_p;
-    let h = (id / (dim_n * dim_p)) % heads;
-    let j = (id / (dim_n * dim_p * heads)) % chunks;
-    let b = id / (dim_n * dim_p * heads * chunks);
-    let g = h / (heads / groups);
-    let padded = chunks * q;
-    let row = (b * heads + h) * padded;
-    let mut acc = F::new(0.0);
-    for i in 0..q {
-        let tau = j * q + i;
-        let t = time_of(tau, padded, reverse);
-        if t < len {
-            let mut w = to_end[row + tau]
-                * x[((b * len + t) * heads + h) * dim_p + pp]
-                * b_mat[((b * len + t) * groups + g) * dim_n + nn];
-            if scaled {
-                w *= dt[(b * len + t) * heads + h];
-            }
-            acc += w;
-        }
+    let g = (id / dim_n) % groups;
+    let i = (id / (dim_n * groups)) % q;
+    let j = (id / (dim_n * groups * q)) % chunks;
+    let b = id / (dim_n * groups * q * chunks);
+    let t = j * q + i;
+    let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
+    if t < len {
+        let src = ((b * len + t) * groups + g) * dim_n + nn;
+        bc[dst] = b_mat[src];
+        cc[dst] = c_mat[src];
+    } else {
+        bc[dst] = F::new(0.0);
+        cc[dst] = F::new(0.0);
     }
-    out[(((b * (chunks + 1) + j + 1) * heads + h) * dim_p + pp) * dim_n + nn] = acc;
 }
 
-/// The inter-chunk recurrence, in place: slot 0 of `states` becomes the initial state, slot
-/// `j + 1` (the state of chunk `j` from zero) becomes the state after chunk `j`,
-/// `S[j+1] = exp(Σ_chunk dA) · S[j] + states[j]`. One thread per `(b, h, p, n)`, looping over
-/// the chunks.
+/// The intra-chunk matrix of each head, `M[i, s] = (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k])`,
+/// times `dt_s` when `times_dt`, for `s ≤ i` and 0 above the diagonal `[b, c, h, q, q]`, from
+/// the scores `C·Bᵀ` of its group: `y = M · x` within the chunk (`M · x̃` without `dt`). One
+/// thread per column `(b, j, h, s)`, walking down the column so that the segment sum grows by
+/// one term per row (from its own terms), and a row's threads write adjacent elements.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn state_passing<F: Float>(
+pub(super) fn decay_scores<F: Float>(
+    cb: &Tensor<F>,    // [b, c, g, q, q]
+    da: &Tensor<F>,    // [b, h, c·q]
+    dt: &Tensor<F>,    // [b, l, h] (read when times_dt)
+    m: &mut Tensor<F>, // [b, c, h, q, q]
+    batch: u32,
+    len: u32,
+    heads: u32,
+    groups: u32,
+    chunks: u32,
+    q: u32,
+    #[comptime] times_dt: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let len = len as usize;
+    let heads = heads as usize;
+    let groups = groups as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * chunks * heads * q {
+        terminate!();
+    }
+    let s = id % q;
+    let h = (id / q) % heads;
+    let j = (id / (q * heads)) % chunks;
+    let b = id / (q * heads * chunks);
+    let g = h / (heads / groups);
+    let t_s = j * q + s;
+    let mut step = F::new(1.0);
+    if times_dt {
+        step = F::new(0.0);
+        if t_s < len {
+            step = dt[(b * len + t_s) * heads + h];
+        }
+    }
+    let cb_block = ((b * chunks + j) * groups + g) * q * q;
+    let m_block = ((b * chunks + j) * heads + h) * q * q;
+    let row = (b * heads + h) * chunks * q + j * q;
+    for i in 0..s {
+        m[m_block + i * q + s] = F::new(0.0);
+    }
+    m[m_block + s * q + s] = cb[cb_block + s * q + s] * step;
+    let mut seg = F::new(0.0);
+    for k in 0..q - 1 - s {
+        let i = s + 1 + k;
+        seg += da[row + i];
+        m[m_block + i * q + s] = cb[cb_block + i * q + s] * seg.exp() * step;
+    }
+}
+
+/// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]' `vw` with `B`):
+/// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
+/// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
+/// thread per `(b, h, p, n)`, looping over the chunks.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pass_states<F: Float>(
     initial: &Tensor<F>,    // [b, h, p, n] (read when has_initial)
     cs: &Tensor<F>,         // [b, h, c·q]
+    chunk: &Tensor<F>,      // [b, c, h, p, n]
     states: &mut Tensor<F>, // [b, c+1, h, p, n]
     batch: u32,
     heads: u32,
-    dim_p: u32,
-    dim_n: u32,
+    per_head: u32,
     chunks: u32,
     q: u32,
     #[comptime] has_initial: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let heads = heads as usize;
-    let dim_p = dim_p as usize;
-    let dim_n = dim_n as usize;
+    let per_head = per_head as usize;
     let chunks = chunks as usize;
     let q = q as usize;
     let id = ABSOLUTE_POS;
-    let per_head = dim_p * dim_n;
     if id >= batch as usize * heads * per_head {
         terminate!();
     }
@@ -185,167 +268,120 @@ pub(super) fn state_passing<F: Float>(
     let row = (b * heads + h) * chunks * q;
     states[((b * (chunks + 1)) * heads + h) * per_head + e] = s;
     for j in 0..chunks {
-        let slot = ((b * (chunks + 1) + j + 1) * heads + h) * per_head + e;
-        s = cs[row + j * q + q - 1].exp() * s + states[slot];
-        states[slot] = s;
+        let from = ((b * chunks + j) * heads + h) * per_head + e;
+        s = cs[row + j * q + q - 1].exp() * s + chunk[from];
+        states[((b * (chunks + 1) + j + 1) * heads + h) * per_head + e] = s;
     }
 }
 
-/// The intra-chunk scores `M[i, s] = exp(Σ_{k=s+1}^{i} dA[k]) · (C_i · B_s)` for `s ≤ i`
-/// `[b, c, h, q, q]` (the upper triangle is not written: readers stop at the diagonal). One
-/// thread per `(b, j, h, i)`.
+/// The output `y_t = y_diag + exp(Σ_{k ≤ i} dA[k]) · y_off` at time `t` (position `i` of chunk
+/// `j`), from the intra-chunk product `y_diag` `[b, c, h, q, p]` and the entering states' part
+/// `y_off = C_t · S[j]` `[b, c, g, q, r·p]`. One thread per element of `y` `[b, l, h, p]`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_scores<F: Float>(
-    b_mat: &Tensor<F>,      // [b, l, g, n]
-    c_mat: &Tensor<F>,      // [b, l, g, n]
-    da: &Tensor<F>,         // [b, h, c·q]
-    scores: &mut Tensor<F>, // [b, c, h, q, q]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    dim_n: u32,
-    chunks: u32,
-    q: u32,
-    #[comptime] reverse: bool,
-    #[define(F)] _dtype: StorageType,
-) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let dim_n = dim_n as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
-    let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * heads * q {
-        terminate!();
-    }
-    let i = id % q;
-    let h = (id / q) % heads;
-    let j = (id / (q * heads)) % chunks;
-    let b = id / (q * heads * chunks);
-    let g = h / (heads / groups);
-    let padded = chunks * q;
-    let t_i = time_of(j * q + i, padded, reverse);
-    if t_i >= len {
-        terminate!();
-    }
-    let row = (b * heads + h) * padded;
-    let c_row = ((b * len + t_i) * groups + g) * dim_n;
-    let out = id * q;
-    let mut seg = F::new(0.0);
-    for k in 0..i + 1 {
-        let s = i - k;
-        let tau_s = j * q + s;
-        let t_s = time_of(tau_s, padded, reverse);
-        let mut dot = F::new(0.0);
-        if t_s < len {
-            let b_row = ((b * len + t_s) * groups + g) * dim_n;
-            for nn in 0..dim_n {
-                dot += c_mat[c_row + nn] * b_mat[b_row + nn];
-            }
-        }
-        scores[out + s] = seg.exp() * dot;
-        seg += da[row + tau_s];
-    }
-}
-
-/// The output, `y_i = exp(Σ_{k ≤ i} dA[k]) · S_in · C_i + Σ_{s ≤ i} M[i, s] · x̃_s`, written at
-/// time `t` of `y` `[b, l, h, p]`, and its first term (the entering state's part) in `y_off`
-/// when `split`. One thread per `(b, j, h, i, p)`.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_output<F: Float>(
-    x: &Tensor<F>,         // [b, l, h, p]
-    dt: &Tensor<F>,        // [b, l, h] (read when scaled)
-    c_mat: &Tensor<F>,     // [b, l, g, n]
-    cs: &Tensor<F>,        // [b, h, c·q]
-    states: &Tensor<F>,    // [b, c+1, h, p, n]: slot j is the state entering chunk j
-    scores: &Tensor<F>,    // [b, c, h, q, q]
-    y: &mut Tensor<F>,     // [b, l, h, p]
-    y_off: &mut Tensor<F>, // [b, l, h, p]: the entering state's part (written when split)
+pub(super) fn combine_output<F: Float>(
+    y_diag: &Tensor<F>, // [b, c, h, q, p]
+    y_off: &Tensor<F>,  // [b, c, g, q, r·p]
+    cs: &Tensor<F>,     // [b, h, c·q]
+    y: &mut Tensor<F>,  // [b, l, h, p]
     batch: u32,
     len: u32,
     heads: u32,
     groups: u32,
     dim_p: u32,
-    dim_n: u32,
     chunks: u32,
     q: u32,
-    #[comptime] scaled: bool,
-    #[comptime] reverse: bool,
-    #[comptime] split: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
     let heads = heads as usize;
     let groups = groups as usize;
     let dim_p = dim_p as usize;
-    let dim_n = dim_n as usize;
     let chunks = chunks as usize;
     let q = q as usize;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * heads * q * dim_p {
+    if id >= batch as usize * len * heads * dim_p {
         terminate!();
     }
     let pp = id % dim_p;
-    let i = (id / dim_p) % q;
-    let h = (id / (dim_p * q)) % heads;
-    let j = (id / (dim_p * q * heads)) % chunks;
-    let b = id / (dim_p * q * heads * chunks);
-    let g = h / (heads / groups);
-    let padded = chunks * q;
-    let t = time_of(j * q + i, padded, reverse);
-    if t >= len {
-        terminate!();
-    }
-    let c_row = ((b * len + t) * groups + g) * dim_n;
-    let s_row = (((b * (chunks + 1) + j) * heads + h) * dim_p + pp) * dim_n;
-    let mut from_state = F::new(0.0);
-    for nn in 0..dim_n {
-        from_state += c_mat[c_row + nn] * states[s_row + nn];
-    }
-    let mut acc = cs[(b * heads + h) * padded + j * q + i].exp() * from_state;
-    if split {
-        y_off[((b * len + t) * heads + h) * dim_p + pp] = acc;
-    }
-    let m_row = (((b * chunks + j) * heads + h) * q + i) * q;
-    for s in 0..i + 1 {
-        let t_s = time_of(j * q + s, padded, reverse);
-        if t_s < len {
-            let mut v = x[((b * len + t_s) * heads + h) * dim_p + pp];
-            if scaled {
-                v *= dt[(b * len + t_s) * heads + h];
-            }
-            acc += scores[m_row + s] * v;
-        }
-    }
-    y[((b * len + t) * heads + h) * dim_p + pp] = acc;
+    let h = (id / dim_p) % heads;
+    let t = (id / (dim_p * heads)) % len;
+    let b = id / (dim_p * heads * len);
+    let j = t / q;
+    let i = t % q;
+    let r = heads / groups;
+    let g = h / r;
+    let diag = y_diag[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp];
+    let off = y_off[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp];
+    y[id] = diag + cs[(b * heads + h) * chunks * q + t].exp() * off;
 }
 
-/// The spanning sums of the intra-chunk pairs, step 1, in place: column `s` of the forward's
-/// scores `M` `[b, c, h, q, q]` becomes `V[u, s] = Σ_{u' ≥ u} M[u', s] · (dy_{u'} · x̃_s)` for
-/// `u > s`, the weight of the pairs from source `s` to a target at or after `u`. One thread
-/// per `(b, j, h, s)`, which alone reads and writes column `s`.
+/// The adjoint of the inter-chunk recurrence: `G[c] = dS_final`, `G[j] = D[j] + exp(Σ_chunk
+/// dA) · G[j+1]` into `adjoints` `[b, c+1, h, p, n]` (slot `j` the gradient of the state
+/// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
+/// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
+/// chunks backwards.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pair_columns<F: Float>(
-    x: &Tensor<F>,          // [b, l, h, p]
-    dt: &Tensor<F>,         // [b, l, h]
-    grad_y: &Tensor<F>,     // [b, l, h, p]
-    scores: &mut Tensor<F>, // [b, c, h, q, q]
+pub(super) fn pass_adjoints<F: Float>(
+    grad_final: &Tensor<F>,   // [b, h, p, n]
+    cs: &Tensor<F>,           // [b, h, c·q]
+    direct: &Tensor<F>,       // [b, c, h, p, n]
+    adjoints: &mut Tensor<F>, // [b, c+1, h, p, n]
+    batch: u32,
+    heads: u32,
+    per_head: u32,
+    chunks: u32,
+    q: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let heads = heads as usize;
+    let per_head = per_head as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * heads * per_head {
+        terminate!();
+    }
+    let e = id % per_head;
+    let h = (id / per_head) % heads;
+    let b = id / (per_head * heads);
+    let row = (b * heads + h) * chunks * q;
+    let mut g = grad_final[id];
+    adjoints[((b * (chunks + 1) + chunks) * heads + h) * per_head + e] = g;
+    for k in 0..chunks {
+        let j = chunks - 1 - k;
+        g = direct[((b * chunks + j) * heads + h) * per_head + e]
+            + cs[row + j * q + q - 1].exp() * g;
+        adjoints[((b * (chunks + 1) + j) * heads + h) * per_head + e] = g;
+    }
+}
+
+/// The intra-chunk pairs' part of the gradients, per head, from `dyx[i, s] = dy_i · x_s`
+/// `[b, c, h, q, q]` (overwritten): `T[i, s] = dyx[i, s] · L[i, s] · dt_s` for `s ≤ i`, 0 above
+/// (summed over a group's heads, the gradient of its scores `C·Bᵀ`), and the spanning sums
+/// `V[k, s] = Σ_{i ≥ k} T[i, s] · CB[i, s]` for `s < k`, 0 elsewhere, `[b, c, h, q, q]`: the
+/// pairs `(s, i)` whose decay spans step `k` (`∂L/∂dA_k` has `Σ_s V[k, s]`). One thread per
+/// column `(b, j, h, s)`: down the column for `L` (from its own terms), back up for `V`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pair_sums<F: Float>(
+    dyx: &mut Tensor<F>, // [b, c, h, q, q]: dy·xᵀ in, T out
+    cb: &Tensor<F>,      // [b, c, g, q, q]
+    da: &Tensor<F>,      // [b, h, c·q]
+    dt: &Tensor<F>,      // [b, l, h]
+    v: &mut Tensor<F>,   // [b, c, h, q, q]
     batch: u32,
     len: u32,
     heads: u32,
-    dim_p: u32,
+    groups: u32,
     chunks: u32,
     q: u32,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
     let heads = heads as usize;
-    let dim_p = dim_p as usize;
+    let groups = groups as usize;
     let chunks = chunks as usize;
     let q = q as usize;
     let id = ABSOLUTE_POS;
@@ -356,67 +392,133 @@ pub(super) fn pair_columns<F: Float>(
     let h = (id / q) % heads;
     let j = (id / (q * heads)) % chunks;
     let b = id / (q * heads * chunks);
+    let g = h / (heads / groups);
     let t_s = j * q + s;
-    if t_s >= len {
-        terminate!();
+    let mut step = F::new(0.0);
+    if t_s < len {
+        step = dt[(b * len + t_s) * heads + h];
     }
-    let x_row = ((b * len + t_s) * heads + h) * dim_p;
-    let step = dt[(b * len + t_s) * heads + h];
+    let cb_block = ((b * chunks + j) * groups + g) * q * q;
     let block = ((b * chunks + j) * heads + h) * q * q;
+    let row = (b * heads + h) * chunks * q + j * q;
+    for i in 0..s {
+        dyx[block + i * q + s] = F::new(0.0);
+    }
+    for i in 0..s + 1 {
+        v[block + i * q + s] = F::new(0.0);
+    }
+    dyx[block + s * q + s] *= step;
+    let mut seg = F::new(0.0);
+    for k in 0..q - 1 - s {
+        let i = s + 1 + k;
+        seg += da[row + i];
+        dyx[block + i * q + s] *= seg.exp() * step;
+    }
     let mut acc = F::new(0.0);
     for k in 0..q - 1 - s {
-        let u = q - 1 - k;
-        let t_u = j * q + u;
-        if t_u < len {
-            let dy_row = ((b * len + t_u) * heads + h) * dim_p;
-            let mut dot = F::new(0.0);
-            for pp in 0..dim_p {
-                dot += grad_y[dy_row + pp] * x[x_row + pp];
-            }
-            acc += scores[block + u * q + s] * dot * step;
-        }
-        scores[block + u * q + s] = acc;
+        let i = q - 1 - k;
+        acc += dyx[block + i * q + s] * cb[cb_block + i * q + s];
+        v[block + i * q + s] = acc;
     }
 }
 
-/// The gradient of each step's log-decay, from the pairs (source, target) whose decay spans
-/// it, per chunk: `∂L/∂dA_k = Σ_{s<k} V[k, s]` (both in the chunk, [`pair_columns`])
-/// `+ Σ_{u≥k} dy_u · y_off_u` (sources before the chunk) `+ Σ_{s<k} x̃_s · dx̃_off_s` (targets
-/// after it) `+ exp(Σ_chunk dA) · ⟨G_out, S_in⟩` (both outside), with `G_out` the adjoint
-/// entering the chunk's end from later tokens (decayed by the next chunk's first step; the final
-/// state's gradient after the last chunk) and `S_in` the state entering the chunk. Only
-/// spanning pairs are summed, so nothing cancels. Also the gradient of `dt`:
-/// `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`.
+/// The gradients at each position: `dx̃ = dx̃_diag + to_end · (G · B)` (the intra-chunk
+/// product's and the chunk state's), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the
+/// log-decays' gradient `[b, h, c·q]`: `u_t = dy_t · y_off_t` (the entering state's output,
+/// `exp(cs)` included), `w_t = to_end_t · dt_t · (x_t · (G · B)_t)` (the chunk state's
+/// weight) and `xdx_t = x_t · dx̃_t` (`dt`'s gradient through `x̃`). One thread per `(b, t, h)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn decay_grads<F: Float>(
-    x: &Tensor<F>,             // [b, l, h, p]
-    dt: &Tensor<F>,            // [b, l, h]
-    a: &Tensor<F>,             // [h]
-    starts: &Tensor<F>,        // [b, l] (read when has_starts)
-    y_off: &Tensor<F>,         // [b, l, h, p]: the forward's entering-state part
-    grad_y: &Tensor<F>,        // [b, l, h, p]
-    grad_x_dt: &Tensor<F>,     // [b, l, h, p]: dx̃
-    grad_x_dt_off: &Tensor<F>, // [b, l, h, p]: the adjoint scan's entering-state part
-    pairs: &Tensor<F>,         // [b, c, h, q, q]: V of pair_columns
-    states: &Tensor<F>,        // [b, c+1, h, p, n]: forward, slot j the state entering chunk j
-    adjoints: &Tensor<F>,      // [b, c+1, h, p, n]: reverse, slot c-1-j entering chunk j's end
-    grad_da: &mut Tensor<F>,   // [b, l, h]
-    grad_dt: &mut Tensor<F>,   // [b, l, h]
+pub(super) fn position_grads<F: Float>(
+    x: &Tensor<F>,          // [b, l, h, p]
+    dt: &Tensor<F>,         // [b, l, h]
+    grad_y: &Tensor<F>,     // [b, l, h, p]
+    y_off: &Tensor<F>,      // [b, c, g, q, r·p]: C · S_inᵀ, without exp(cs)
+    cs: &Tensor<F>,         // [b, h, c·q]
+    to_end: &Tensor<F>,     // [b, h, c·q]
+    dx_diag: &Tensor<F>,    // [b, c, h, q, p]: Mᵀ · dy
+    gb: &Tensor<F>,         // [b, c, g, q, r·p]: B · Gᵀ
+    grad_x: &mut Tensor<F>, // [b, l, h, p]
+    u: &mut Tensor<F>,      // [b, h, c·q]
+    w: &mut Tensor<F>,      // [b, h, c·q]
+    xdx: &mut Tensor<F>,    // [b, h, c·q]
     batch: u32,
     len: u32,
     heads: u32,
+    groups: u32,
     dim_p: u32,
-    dim_n: u32,
     chunks: u32,
     q: u32,
-    #[comptime] has_starts: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let len = len as usize;
     let heads = heads as usize;
+    let groups = groups as usize;
     let dim_p = dim_p as usize;
-    let dim_n = dim_n as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * len * heads {
+        terminate!();
+    }
+    let h = id % heads;
+    let t = (id / heads) % len;
+    let b = id / (heads * len);
+    let j = t / q;
+    let i = t % q;
+    let r = heads / groups;
+    let g = h / r;
+    let at = (b * heads + h) * chunks * q + t;
+    let decay_out = cs[at].exp();
+    let decay_end = to_end[at];
+    let step = dt[id];
+    let base = id * dim_p;
+    let diag = (((b * chunks + j) * heads + h) * q + i) * dim_p;
+    let group = (((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p;
+    let mut sum_u = F::new(0.0);
+    let mut sum_w = F::new(0.0);
+    let mut sum_x = F::new(0.0);
+    for pp in 0..dim_p {
+        let xv = x[base + pp];
+        let gbv = gb[group + pp];
+        let dxt = dx_diag[diag + pp] + decay_end * gbv;
+        grad_x[base + pp] = step * dxt;
+        sum_u += grad_y[base + pp] * y_off[group + pp];
+        sum_w += xv * gbv;
+        sum_x += xv * dxt;
+    }
+    u[at] = decay_out * sum_u;
+    w[at] = decay_end * step * sum_w;
+    xdx[at] = sum_x;
+}
+
+/// The gradient of each step's log-decay, from the pairs (source, target) whose decay spans
+/// it, per chunk: `∂L/∂dA_k = Σ_{i ≥ k} u_i` (sources before the chunk) `+ Σ_{s < k} w_s`
+/// (targets after it) `+ pairs_k` (both in it: `Σ_s V[k, s]`) `+ exp(Σ_chunk dA) · ⟨G[j+1],
+/// S[j]⟩` (both outside); only spanning pairs are summed, so nothing cancels. Also the
+/// gradient of `dt`, `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`, looping over the
+/// chunk twice.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn decay_scans<F: Float>(
+    a: &Tensor<F>,           // [h]
+    cs: &Tensor<F>,          // [b, h, c·q]
+    u: &Tensor<F>,           // [b, h, c·q]
+    w: &Tensor<F>,           // [b, h, c·q]
+    xdx: &Tensor<F>,         // [b, h, c·q]
+    pairs: &Tensor<F>,       // [b, c, h, q]
+    outside: &Tensor<F>,     // [b, c, h]: ⟨G[j+1], S[j]⟩
+    grad_da: &mut Tensor<F>, // [b, l, h]
+    grad_dt: &mut Tensor<F>, // [b, l, h]
+    batch: u32,
+    len: u32,
+    heads: u32,
+    chunks: u32,
+    q: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let len = len as usize;
+    let heads = heads as usize;
     let chunks = chunks as usize;
     let q = q as usize;
     let id = ABSOLUTE_POS;
@@ -426,73 +528,70 @@ pub(super) fn decay_grads<F: Float>(
     let j = id % chunks;
     let h = (id / chunks) % heads;
     let b = id / (chunks * heads);
-    let per_head = dim_p * dim_n;
-    let rate = a[h];
-    // both ends outside the chunk: exp(T) ⟨G_out, S_in⟩, G_out decayed by the next chunk's
-    // first step
-    let s_row = ((b * (chunks + 1) + j) * heads + h) * per_head;
-    let g_row = ((b * (chunks + 1) + chunks - 1 - j) * heads + h) * per_head;
-    let mut outside = F::new(0.0);
-    for e in 0..per_head {
-        outside += states[s_row + e] * adjoints[g_row + e];
-    }
-    let mut total = F::new(0.0);
-    for i in 0..q {
-        let t = j * q + i;
-        if t < len {
-            let mut d = dt[(b * len + t) * heads + h] * rate;
-            if has_starts {
-                d += starts[b * len + t] * F::new(-1.0e4);
-            }
-            total += d;
-        }
-    }
-    let next = (j + 1) * q;
-    if next < len {
-        let mut d = dt[(b * len + next) * heads + h] * rate;
-        if has_starts {
-            d += starts[b * len + next] * F::new(-1.0e4);
-        }
-        total += d;
-    }
-    outside *= total.exp();
-    // targets after the chunk: Σ_{s<k} x̃_s · dx̃_off_s, written first, then added to
+    let row = (b * heads + h) * chunks * q + j * q;
+    let both = ((b * chunks + j) * heads + h) * q;
+    let out = outside[(b * chunks + j) * heads + h] * cs[row + q - 1].exp();
+    // targets after the chunk: Σ_{s<k} w_s, written first
+    // (padding, at the end, has no terms: `u`, `w` and `xdx` are not written there)
     let mut before = F::new(0.0);
     for i in 0..q {
         let t = j * q + i;
         if t < len {
-            let base = ((b * len + t) * heads + h) * dim_p;
             grad_da[(b * len + t) * heads + h] = before;
-            let mut term = F::new(0.0);
-            for pp in 0..dim_p {
-                term += x[base + pp] * grad_x_dt_off[base + pp];
-            }
-            before += dt[(b * len + t) * heads + h] * term;
+            before += w[row + i];
         }
     }
-    // sources before the chunk: Σ_{u≥k} dy_u · y_off_u; both in it: row k of V
-    let block = ((b * chunks + j) * heads + h) * q * q;
+    // sources before the chunk: Σ_{i≥k} u_i; both in it; both outside
+    let rate = a[h];
     let mut after = F::new(0.0);
     for k in 0..q {
         let i = q - 1 - k;
         let t = j * q + i;
         if t < len {
-            let base = ((b * len + t) * heads + h) * dim_p;
-            let mut out_term = F::new(0.0);
-            let mut in_term = F::new(0.0);
-            for pp in 0..dim_p {
-                out_term += grad_y[base + pp] * y_off[base + pp];
-                in_term += x[base + pp] * grad_x_dt[base + pp];
-            }
-            after += out_term;
-            let mut inside = F::new(0.0);
-            for s in 0..i {
-                inside += pairs[block + i * q + s];
-            }
+            after += u[row + i];
             let at = (b * len + t) * heads + h;
-            let g = grad_da[at] + after + inside + outside;
+            let g = grad_da[at] + after + pairs[both + i] + out;
             grad_da[at] = g;
-            grad_dt[at] = g * rate + in_term;
+            grad_dt[at] = g * rate + xdx[row + i];
         }
     }
+}
+
+/// The gradients of `B` and `C` in their input layout `[b, l, g, n]` from the chunk layout's
+/// two parts each `[b, c, g, q, n]`. One thread per element of `[b, l, g, n]`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn unchunk_bc<F: Float>(
+    grad_b1: &Tensor<F>,    // [b, c, g, q, n]
+    grad_b2: &Tensor<F>,    // [b, c, g, q, n]
+    grad_c1: &Tensor<F>,    // [b, c, g, q, n]
+    grad_c2: &Tensor<F>,    // [b, c, g, q, n]
+    grad_b: &mut Tensor<F>, // [b, l, g, n]
+    grad_c: &mut Tensor<F>, // [b, l, g, n]
+    batch: u32,
+    len: u32,
+    groups: u32,
+    dim_n: u32,
+    chunks: u32,
+    q: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let len = len as usize;
+    let groups = groups as usize;
+    let dim_n = dim_n as usize;
+    let chunks = chunks as usize;
+    let q = q as usize;
+    let id = ABSOLUTE_POS;
+    if id >= batch as usize * len * groups * dim_n {
+        terminate!();
+    }
+    let nn = id % dim_n;
+    let g = (id / dim_n) % groups;
+    let t = (id / (dim_n * groups)) % len;
+    let b = id / (dim_n * groups * len);
+    let j = t / q;
+    let i = t % q;
+    let src = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
+    grad_b[id] = grad_b1[src] + grad_b2[src];
+    grad_c[id] = grad_c1[src] + grad_c2[src];
 }

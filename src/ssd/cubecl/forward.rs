@@ -1,0 +1,395 @@
+//! The forward of the fused scan as matrix products: every contraction goes through Burn's
+//! matmul on the `CubeBackend` (cubek: tensor cores on CUDA, tiled register products on
+//! Vulkan), custom kernels only where no product fits (the decays, the decay-weighted scores,
+//! the state passing, the layouts). Per chunk `j` (dimension letters as in [`crate::ssd`]):
+//!
+//! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end
+//!    ([`kernels::decays`]);
+//! 2. the chunk layouts: `x` per head, `x·dt·to_end` per group, `B` and `C`
+//!    ([`kernels::chunk_layouts`], [`kernels::chunk_bc`]);
+//! 3. the scores `C·Bᵀ`, once per group (a product);
+//! 4. each head's intra-chunk matrix `M = (C·Bᵀ) ⊙ L ⊙ dt`, `L` the decay matrix
+//!    ([`kernels::decay_scores`]);
+//! 5. the intra-chunk output `M · x` (a product);
+//! 6. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product);
+//! 7. the states entering each chunk ([`kernels::pass_states`]);
+//! 8. the entering states' output `C · S_inᵀ` per group (a product);
+//! 9. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout ([`kernels::combine_output`]).
+
+use burn::tensor::{DType, Tensor};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+
+use super::inputs::F32Inputs;
+use super::kernels;
+use super::launch::{empty, grid, unused};
+use crate::ssd::backend::{float, primitive};
+
+/// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
+/// each), head dimension `p`, state dimension `n`, chunk length `q` and chunks `c = ⌈l / q⌉`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Dims {
+    pub(super) b: usize,
+    pub(super) l: usize,
+    pub(super) h: usize,
+    pub(super) g: usize,
+    pub(super) r: usize,
+    pub(super) p: usize,
+    pub(super) n: usize,
+    pub(super) q: usize,
+    pub(super) c: usize,
+}
+
+impl Dims {
+    pub(super) fn of<B: burn::tensor::backend::Backend>(f: &F32Inputs<B>) -> Self {
+        let [b, l, h, p] = f.x.dims();
+        let [_, _, g, n] = f.b_mat.dims();
+        let q = f.chunk_size;
+        Self {
+            b,
+            l,
+            h,
+            g,
+            r: h / g,
+            p,
+            n,
+            q,
+            c: l.div_ceil(q),
+        }
+    }
+}
+
+/// A `[.., ..]` tensor of rank 5 of the `CubeBackend`, for the products.
+pub(super) fn rank5<R, F, I, BT>(t: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, 5>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    float::<CubeBackend<R, F, I, BT>, 5>(t)
+}
+
+/// The log-decays of [`kernels::decays`] in forward time: `dA`, their inclusive sums within
+/// each chunk and the decay from each position to its chunk's end, `[b, h, c·q]` each.
+pub(super) struct Decays<R: CubeRuntime> {
+    pub(super) da: CubeTensor<R>,
+    pub(super) cs: CubeTensor<R>,
+    pub(super) to_end: CubeTensor<R>,
+}
+
+/// Step 1: the log-decays of `f`.
+pub(super) fn decays<R, F, I, BT>(f: &F32Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Decays<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let dt = primitive(f.dt.clone());
+    let starts = f.starts.clone().map(primitive);
+    let size = [d.b, d.h, d.c * d.q];
+    let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
+    let (count, dim) = grid(&dt, d.b * d.h * d.c);
+    // SAFETY: every index is within its tensor: the kernel checks its thread position against
+    // the element count and derives each index from the shapes
+    unsafe {
+        kernels::decays::launch_unchecked::<R>(
+            &dt.client.clone(),
+            count,
+            dim,
+            dt.clone().into_tensor_arg(),
+            primitive(f.a.clone()).into_tensor_arg(),
+            starts
+                .clone()
+                .unwrap_or_else(|| unused(&dt))
+                .into_tensor_arg(),
+            da.clone().into_tensor_arg(),
+            cs.clone().into_tensor_arg(),
+            to_end.clone().into_tensor_arg(),
+            d.b as u32,
+            d.l as u32,
+            d.h as u32,
+            d.c as u32,
+            d.q as u32,
+            starts.is_some(),
+            DType::F32.into(),
+        );
+    }
+    Decays { da, cs, to_end }
+}
+
+/// Step 2 for a `[b, l, h, p]` tensor `v`: per head `[b, c, h, q, p]`, and per group scaled by
+/// `decay` (`exp(decay)` when `exp_decay`) and by `dt` when given, `[b, c, g, q, r·p]`
+/// ([`kernels::chunk_layouts`]).
+pub(super) fn layouts<R: CubeRuntime>(
+    v: &CubeTensor<R>,
+    dt: Option<&CubeTensor<R>>,
+    decay: &CubeTensor<R>,
+    exp_decay: bool,
+    d: Dims,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let vc = empty(v, [d.b, d.c, d.h, d.q, d.p]);
+    let vw = empty(v, [d.b, d.c, d.g, d.q, d.r * d.p]);
+    let (count, dim) = grid(v, d.b * d.c * d.q * d.h * d.p);
+    // SAFETY: as in `decays`
+    unsafe {
+        kernels::chunk_layouts::launch_unchecked::<R>(
+            &v.client.clone(),
+            count,
+            dim,
+            v.clone().into_tensor_arg(),
+            dt.cloned().unwrap_or_else(|| unused(v)).into_tensor_arg(),
+            decay.clone().into_tensor_arg(),
+            vc.clone().into_tensor_arg(),
+            vw.clone().into_tensor_arg(),
+            d.b as u32,
+            d.l as u32,
+            d.h as u32,
+            d.g as u32,
+            d.p as u32,
+            d.c as u32,
+            d.q as u32,
+            dt.is_some(),
+            exp_decay,
+            DType::F32.into(),
+        );
+    }
+    (vc, vw)
+}
+
+/// Step 2 for `B` and `C`: `[b, c, g, q, n]` each ([`kernels::chunk_bc`]).
+pub(super) fn chunk_bc<R, F, I, BT>(
+    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    d: Dims,
+) -> (CubeTensor<R>, CubeTensor<R>)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let b_mat = primitive(f.b_mat.clone());
+    let bc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
+    let cc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
+    let (count, dim) = grid(&b_mat, d.b * d.c * d.q * d.g * d.n);
+    // SAFETY: as in `decays`
+    unsafe {
+        kernels::chunk_bc::launch_unchecked::<R>(
+            &b_mat.client.clone(),
+            count,
+            dim,
+            b_mat.clone().into_tensor_arg(),
+            primitive(f.c_mat.clone()).into_tensor_arg(),
+            bc.clone().into_tensor_arg(),
+            cc.clone().into_tensor_arg(),
+            d.b as u32,
+            d.l as u32,
+            d.g as u32,
+            d.n as u32,
+            d.c as u32,
+            d.q as u32,
+            DType::F32.into(),
+        );
+    }
+    (bc, cc)
+}
+
+/// Step 4: each head's intra-chunk matrix `[b, c, h, q, q]` from the scores `C·Bᵀ`
+/// `[b, c, g, q, q]`, with the factor `dt_s` when `dt` is given ([`kernels::decay_scores`]).
+pub(super) fn scores<R: CubeRuntime>(
+    cb: &CubeTensor<R>,
+    da: &CubeTensor<R>,
+    dt: Option<&CubeTensor<R>>,
+    d: Dims,
+) -> CubeTensor<R> {
+    let m = empty(cb, [d.b, d.c, d.h, d.q, d.q]);
+    let (count, dim) = grid(cb, d.b * d.c * d.h * d.q);
+    // SAFETY: as in `decays`
+    unsafe {
+        kernels::decay_scores::launch_unchecked::<R>(
+            &cb.client.clone(),
+            count,
+            dim,
+            cb.clone().into_tensor_arg(),
+            da.clone().into_tensor_arg(),
+            dt.cloned().unwrap_or_else(|| unused(cb)).into_tensor_arg(),
+            m.clone().into_tensor_arg(),
+            d.b as u32,
+            d.l as u32,
+            d.h as u32,
+            d.g as u32,
+            d.c as u32,
+            d.q as u32,
+            dt.is_some(),
+            DType::F32.into(),
+        );
+    }
+    m
+}
+
+/// Step 7: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
+/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]).
+pub(super) fn pass_states<R: CubeRuntime>(
+    initial: Option<CubeTensor<R>>,
+    cs: &CubeTensor<R>,
+    chunk_states: CubeTensor<R>,
+    d: Dims,
+) -> CubeTensor<R> {
+    let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
+    let (count, dim) = grid(cs, d.b * d.h * d.p * d.n);
+    // SAFETY: as in `decays`
+    unsafe {
+        kernels::pass_states::launch_unchecked::<R>(
+            &cs.client.clone(),
+            count,
+            dim,
+            initial
+                .clone()
+                .unwrap_or_else(|| unused(cs))
+                .into_tensor_arg(),
+            cs.clone().into_tensor_arg(),
+            chunk_states.into_tensor_arg(),
+            states.clone().into_tensor_arg(),
+            d.b as u32,
+            d.h as u32,
+            (d.p * d.n) as u32,
+            d.c as u32,
+            d.q as u32,
+            initial.is_some(),
+            DType::F32.into(),
+        );
+    }
+    states
+}
+
+/// The states entering each chunk, per group: `[b, c, g, r·p, n]`, a view of `states`
+/// `[b, c+1, h, p, n]` (reshaped while contiguous, then narrowed: no copy).
+pub(super) fn entering<R, F, I, BT>(
+    states: &CubeTensor<R>,
+    d: Dims,
+) -> Tensor<CubeBackend<R, F, I, BT>, 5>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    rank5::<R, F, I, BT>(states.clone())
+        .reshape([d.b, d.c + 1, d.g, d.r * d.p, d.n])
+        .narrow(1, 0, d.c)
+}
+
+/// What the backward recomputes of the forward: the decays, the chunk layouts of `x`, `B` and
+/// `C`, the scores `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]`.
+pub(super) struct Recomputed<R: CubeRuntime> {
+    pub(super) decays: Decays<R>,
+    /// `x` per head `[b, c, h, q, p]`
+    pub(super) xc: CubeTensor<R>,
+    /// `x·dt·to_end` per group `[b, c, g, q, r·p]`
+    pub(super) xw: CubeTensor<R>,
+    /// `B`, `C` `[b, c, g, q, n]`
+    pub(super) bc: CubeTensor<R>,
+    pub(super) cc: CubeTensor<R>,
+    pub(super) cb: CubeTensor<R>,
+    pub(super) states: CubeTensor<R>,
+}
+
+/// Steps 1 to 3, 6 and 7.
+pub(super) fn recompute<R, F, I, BT>(
+    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    d: Dims,
+) -> Recomputed<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let tensor = rank5::<R, F, I, BT>;
+    let decays = decays(f, d);
+    let dt = primitive(f.dt.clone());
+    let (xc, xw) = layouts(&primitive(f.x.clone()), Some(&dt), &decays.to_end, false, d);
+    let (bc, cc) = chunk_bc(f, d);
+    // step 3: C·Bᵀ once per group
+    let cb = primitive(tensor(cc.clone()).matmul(tensor(bc.clone()).swap_dims(3, 4)));
+    // step 6: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
+    let chunk_states = primitive(
+        tensor(xw.clone())
+            .swap_dims(3, 4)
+            .matmul(tensor(bc.clone())),
+    );
+    let states = pass_states(
+        f.initial.clone().map(primitive),
+        &decays.cs,
+        chunk_states,
+        d,
+    );
+    Recomputed {
+        decays,
+        xc,
+        xw,
+        bc,
+        cc,
+        cb,
+        states,
+    }
+}
+
+/// The entering states' output `C · S_inᵀ` per group, `[b, c, g, q, r·p]` (step 8, without
+/// the factor `exp(cs)`).
+pub(super) fn from_entering<R, F, I, BT>(s: &Recomputed<R>, d: Dims) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let entering = entering::<R, F, I, BT>(&s.states, d);
+    primitive(rank5::<R, F, I, BT>(s.cc.clone()).matmul(entering.swap_dims(3, 4)))
+}
+
+/// The chunked SSD's forward: `y` `[b, l, h, p]` and the states entering each chunk and after
+/// the last, `[b, c+1, h, p, n]` (slot `c` the final state), in `f32`.
+pub(super) fn forward<R, F, I, BT>(
+    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+) -> (CubeTensor<R>, CubeTensor<R>)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let d = Dims::of(f);
+    let s = recompute(f, d);
+    let dt = primitive(f.dt.clone());
+    // steps 4 and 5: the intra-chunk output, [b, c, h, q, p]
+    let m = scores(&s.cb, &s.decays.da, Some(&dt), d);
+    let y_diag = primitive(rank5::<R, F, I, BT>(m).matmul(rank5(s.xc.clone())));
+    let y_off = from_entering::<R, F, I, BT>(&s, d);
+
+    // step 9: y in the input's layout
+    let y = empty(&y_diag, [d.b, d.l, d.h, d.p]);
+    let (count, dim) = grid(&y, d.b * d.l * d.h * d.p);
+    // SAFETY: as in `decays`
+    unsafe {
+        kernels::combine_output::launch_unchecked::<R>(
+            &y.client.clone(),
+            count,
+            dim,
+            y_diag.into_tensor_arg(),
+            y_off.into_tensor_arg(),
+            s.decays.cs.clone().into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            d.b as u32,
+            d.l as u32,
+            d.h as u32,
+            d.g as u32,
+            d.p as u32,
+            d.c as u32,
+            d.q as u32,
+            DType::F32.into(),
+        );
+    }
+    (y, s.states)
+}
