@@ -83,11 +83,7 @@ where
             s.decays.cs.clone().into_tensor_arg(),
             direct.into_tensor_arg(),
             adjoints.clone().into_tensor_arg(),
-            b as u32,
-            h as u32,
-            (p * n) as u32,
-            c as u32,
-            q as u32,
+            d.sizes(),
             dtype,
         );
     }
@@ -114,12 +110,7 @@ where
             s.decays.da.clone().into_tensor_arg(),
             dt.clone().into_tensor_arg(),
             v.clone().into_tensor_arg(),
-            b as u32,
-            l as u32,
-            h as u32,
-            g as u32,
-            c as u32,
-            q as u32,
+            d.sizes(),
             dtype,
         );
     }
@@ -156,12 +147,7 @@ where
             grad_c2.into_tensor_arg(),
             grad_b.clone().into_tensor_arg(),
             grad_c.clone().into_tensor_arg(),
-            b as u32,
-            l as u32,
-            g as u32,
-            n as u32,
-            c as u32,
-            q as u32,
+            d.sizes(),
             dtype,
         );
     }
@@ -192,13 +178,7 @@ where
             u.clone().into_tensor_arg(),
             w.clone().into_tensor_arg(),
             xdx.clone().into_tensor_arg(),
-            b as u32,
-            l as u32,
-            h as u32,
-            g as u32,
-            p as u32,
-            c as u32,
-            q as u32,
+            d.sizes(),
             dtype,
         );
     }
@@ -222,11 +202,7 @@ where
             outside.into_tensor_arg(),
             grad_da.clone().into_tensor_arg(),
             grad_dt.clone().into_tensor_arg(),
-            b as u32,
-            l as u32,
-            h as u32,
-            c as u32,
-            q as u32,
+            d.sizes(),
             dtype,
         );
     }

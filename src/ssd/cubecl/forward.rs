@@ -57,6 +57,13 @@ impl Dims {
             c: l.div_ceil(q),
         }
     }
+
+    /// The sizes as the kernels take them.
+    pub(super) fn sizes<R: CubeRuntime>(&self) -> kernels::SizesLaunch<R> {
+        kernels::SizesLaunch::new(
+            self.b, self.l, self.h, self.g, self.p, self.n, self.c, self.q,
+        )
+    }
 }
 
 /// A `[.., ..]` tensor of rank 5 of the `CubeBackend`, for the products.
@@ -107,11 +114,7 @@ where
             da.clone().into_tensor_arg(),
             cs.clone().into_tensor_arg(),
             to_end.clone().into_tensor_arg(),
-            d.b as u32,
-            d.l as u32,
-            d.h as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             starts.is_some(),
             DType::F32.into(),
         );
@@ -143,13 +146,7 @@ pub(super) fn layouts<R: CubeRuntime>(
             decay.clone().into_tensor_arg(),
             vc.clone().into_tensor_arg(),
             vw.clone().into_tensor_arg(),
-            d.b as u32,
-            d.l as u32,
-            d.h as u32,
-            d.g as u32,
-            d.p as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             dt.is_some(),
             exp_decay,
             DType::F32.into(),
@@ -183,12 +180,7 @@ where
             primitive(f.c_mat.clone()).into_tensor_arg(),
             bc.clone().into_tensor_arg(),
             cc.clone().into_tensor_arg(),
-            d.b as u32,
-            d.l as u32,
-            d.g as u32,
-            d.n as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             DType::F32.into(),
         );
     }
@@ -215,12 +207,7 @@ pub(super) fn scores<R: CubeRuntime>(
             da.clone().into_tensor_arg(),
             dt.cloned().unwrap_or_else(|| unused(cb)).into_tensor_arg(),
             m.clone().into_tensor_arg(),
-            d.b as u32,
-            d.l as u32,
-            d.h as u32,
-            d.g as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             dt.is_some(),
             DType::F32.into(),
         );
@@ -251,11 +238,7 @@ pub(super) fn pass_states<R: CubeRuntime>(
             cs.clone().into_tensor_arg(),
             chunk_states.into_tensor_arg(),
             states.clone().into_tensor_arg(),
-            d.b as u32,
-            d.h as u32,
-            (d.p * d.n) as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             initial.is_some(),
             DType::F32.into(),
         );
@@ -381,13 +364,7 @@ where
             y_off.into_tensor_arg(),
             s.decays.cs.clone().into_tensor_arg(),
             y.clone().into_tensor_arg(),
-            d.b as u32,
-            d.l as u32,
-            d.h as u32,
-            d.g as u32,
-            d.p as u32,
-            d.c as u32,
-            d.q as u32,
+            d.sizes(),
             DType::F32.into(),
         );
     }

@@ -14,6 +14,20 @@
 
 use cubecl::prelude::*;
 
+/// The sizes of a scan, which every kernel takes (`super::forward::Dims` at launch): batch,
+/// length, heads, groups, the head and state dimensions, chunks and chunk length.
+#[derive(CubeLaunch, CubeType)]
+pub(super) struct Sizes {
+    pub(super) batch: usize,
+    pub(super) len: usize,
+    pub(super) heads: usize,
+    pub(super) groups: usize,
+    pub(super) dim_p: usize,
+    pub(super) dim_n: usize,
+    pub(super) chunks: usize,
+    pub(super) q: usize,
+}
+
 /// The per-step log-decays `dA[t] = dt[t]·a + starts[t]·(-10⁴)` `[b, h, c·q]`, their inclusive
 /// sums within each chunk `cs` and the decay from each position to its chunk's end,
 /// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One thread per
@@ -27,20 +41,16 @@ pub(super) fn decays<F: Float>(
     da: &mut Tensor<F>,     // [b, h, c·q]
     cs: &mut Tensor<F>,     // [b, h, c·q]
     to_end: &mut Tensor<F>, // [b, h, c·q]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[comptime] has_starts: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * heads * chunks {
+    if id >= z.batch * heads * chunks {
         terminate!();
     }
     let j = id % chunks;
@@ -84,25 +94,19 @@ pub(super) fn chunk_layouts<F: Float>(
     decay: &Tensor<F>,  // [b, h, c·q]
     vc: &mut Tensor<F>, // [b, c, h, q, p]
     vw: &mut Tensor<F>, // [b, c, g, q, r·p]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    dim_p: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[comptime] times_dt: bool,
     #[comptime] exp_decay: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let dim_p = dim_p as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let groups = z.groups;
+    let dim_p = z.dim_p;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * q * heads * dim_p {
+    if id >= z.batch * chunks * q * heads * dim_p {
         terminate!();
     }
     let pp = id % dim_p;
@@ -139,21 +143,16 @@ pub(super) fn chunk_bc<F: Float>(
     c_mat: &Tensor<F>,  // [b, l, g, n]
     bc: &mut Tensor<F>, // [b, c, g, q, n]
     cc: &mut Tensor<F>, // [b, c, g, q, n]
-    batch: u32,
-    len: u32,
-    groups: u32,
-    dim_n: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let groups = groups as usize;
-    let dim_n = dim_n as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let groups = z.groups;
+    let dim_n = z.dim_n;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * q * groups * dim_n {
+    if id >= z.batch * chunks * q * groups * dim_n {
         terminate!();
     }
     let nn = id % dim_n;
@@ -185,22 +184,17 @@ pub(super) fn decay_scores<F: Float>(
     da: &Tensor<F>,    // [b, h, c·q]
     dt: &Tensor<F>,    // [b, l, h] (read when times_dt)
     m: &mut Tensor<F>, // [b, c, h, q, q]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[comptime] times_dt: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let groups = z.groups;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * heads * q {
+    if id >= z.batch * chunks * heads * q {
         terminate!();
     }
     let s = id % q;
@@ -242,20 +236,16 @@ pub(super) fn pass_states<F: Float>(
     cs: &Tensor<F>,         // [b, h, c·q]
     chunk: &Tensor<F>,      // [b, c, h, p, n]
     states: &mut Tensor<F>, // [b, c+1, h, p, n]
-    batch: u32,
-    heads: u32,
-    per_head: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[comptime] has_initial: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let heads = heads as usize;
-    let per_head = per_head as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let heads = z.heads;
+    let per_head = z.dim_p * z.dim_n;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * heads * per_head {
+    if id >= z.batch * heads * per_head {
         terminate!();
     }
     let e = id % per_head;
@@ -284,23 +274,17 @@ pub(super) fn combine_output<F: Float>(
     y_off: &Tensor<F>,  // [b, c, g, q, r·p]
     cs: &Tensor<F>,     // [b, h, c·q]
     y: &mut Tensor<F>,  // [b, l, h, p]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    dim_p: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let dim_p = dim_p as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let groups = z.groups;
+    let dim_p = z.dim_p;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * len * heads * dim_p {
+    if id >= z.batch * len * heads * dim_p {
         terminate!();
     }
     let pp = id % dim_p;
@@ -328,19 +312,15 @@ pub(super) fn pass_adjoints<F: Float>(
     cs: &Tensor<F>,           // [b, h, c·q]
     direct: &Tensor<F>,       // [b, c, h, p, n]
     adjoints: &mut Tensor<F>, // [b, c+1, h, p, n]
-    batch: u32,
-    heads: u32,
-    per_head: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let heads = heads as usize;
-    let per_head = per_head as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let heads = z.heads;
+    let per_head = z.dim_p * z.dim_n;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * heads * per_head {
+    if id >= z.batch * heads * per_head {
         terminate!();
     }
     let e = id % per_head;
@@ -371,21 +351,16 @@ pub(super) fn pair_sums<F: Float>(
     da: &Tensor<F>,      // [b, h, c·q]
     dt: &Tensor<F>,      // [b, l, h]
     v: &mut Tensor<F>,   // [b, c, h, q, q]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let groups = z.groups;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * chunks * heads * q {
+    if id >= z.batch * chunks * heads * q {
         terminate!();
     }
     let s = id % q;
@@ -442,23 +417,17 @@ pub(super) fn position_grads<F: Float>(
     u: &mut Tensor<F>,      // [b, h, c·q]
     w: &mut Tensor<F>,      // [b, h, c·q]
     xdx: &mut Tensor<F>,    // [b, h, c·q]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    groups: u32,
-    dim_p: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let groups = groups as usize;
-    let dim_p = dim_p as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let groups = z.groups;
+    let dim_p = z.dim_p;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * len * heads {
+    if id >= z.batch * len * heads {
         terminate!();
     }
     let h = id % heads;
@@ -510,19 +479,15 @@ pub(super) fn decay_scans<F: Float>(
     outside: &Tensor<F>,     // [b, c, h]: ⟨G[j+1], S[j]⟩
     grad_da: &mut Tensor<F>, // [b, l, h]
     grad_dt: &mut Tensor<F>, // [b, l, h]
-    batch: u32,
-    len: u32,
-    heads: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let heads = heads as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let heads = z.heads;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * heads * chunks {
+    if id >= z.batch * heads * chunks {
         terminate!();
     }
     let j = id % chunks;
@@ -568,21 +533,16 @@ pub(super) fn unchunk_bc<F: Float>(
     grad_c2: &Tensor<F>,    // [b, c, g, q, n]
     grad_b: &mut Tensor<F>, // [b, l, g, n]
     grad_c: &mut Tensor<F>, // [b, l, g, n]
-    batch: u32,
-    len: u32,
-    groups: u32,
-    dim_n: u32,
-    chunks: u32,
-    q: u32,
+    z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
-    let len = len as usize;
-    let groups = groups as usize;
-    let dim_n = dim_n as usize;
-    let chunks = chunks as usize;
-    let q = q as usize;
+    let len = z.len;
+    let groups = z.groups;
+    let dim_n = z.dim_n;
+    let chunks = z.chunks;
+    let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= batch as usize * len * groups * dim_n {
+    if id >= z.batch * len * groups * dim_n {
         terminate!();
     }
     let nn = id % dim_n;
