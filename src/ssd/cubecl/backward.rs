@@ -5,24 +5,23 @@
 //!
 //! - `D[j] = (dy·exp(cs))ᵀ · C`, the entering state's gradient through the chunk's outputs,
 //!   and the adjoint recurrence `G[j] = D[j] + exp(Σ_chunk dA) · G[j+1]`, `G[c] = dS_final`
-//!   ([`kernels::pass_adjoints`]); `G[0]` is the initial state's gradient;
+//!   ([`super::kernels::pass_adjoints`]); `G[0]` is the initial state's gradient;
 //! - `dx̃ = Mᵀ · dy + to_end · (B · G[j+1]ᵀ)`, `x̃ = x·dt` (`M` the intra-chunk matrix without
-//!   `dt`), then `dx = dt · dx̃` ([`kernels::position_grads`]);
+//!   `dt`), then `dx = dt · dx̃` ([`super::kernels::position_grads`]);
 //! - `dy · xᵀ` per head, which weighted by the decays gives the gradient of the scores `C·Bᵀ`
 //!   (summed over a group's heads) and the intra-chunk pairs' part of the log-decays' gradient
-//!   ([`kernels::pair_sums`]);
+//!   ([`super::kernels::pair_sums`]);
 //! - `dC = (dy·exp(cs)) · S_in + d(C·Bᵀ) · B`, `dB = d(C·Bᵀ)ᵀ · C + (x·dt·to_end) · G[j+1]`,
-//!   per group ([`kernels::unchunk_bc`]);
-//! - the log-decays' gradient from the pairs that span each step ([`kernels::decay_scans`]),
+//!   per group ([`super::kernels::unchunk_bc`]);
+//! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
 //!   and from it those of `dt` and `A`.
 
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::forward::{entering, from_entering, layouts, rank5, recompute, scores, Dims};
 use super::inputs::F32Inputs;
-use super::kernels;
-use super::launch::{empty, grid};
+use super::launch::{empty, launch};
 use crate::ssd::backend::{float, primitive};
 
 /// The gradients of the scan's inputs, in `f32`.
@@ -55,8 +54,6 @@ where
     let x = primitive(f.x.clone());
     let dt = primitive(f.dt.clone());
     let dy = primitive(grad_y);
-    let client = x.client.clone();
-    let dtype = DType::F32.into();
 
     // the intra-chunk matrix without dt, and the entering states' output without exp(cs)
     let m = scores(&s.cb, &s.decays.da, None, d);
@@ -71,22 +68,9 @@ where
             .matmul(tensor(s.cc.clone())),
     );
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
-    let (count, dim) = grid(&x, b * h * p * n);
-    // SAFETY: every index is within its tensor: the kernels check their thread position
-    // against the element count and derive each index from the shapes
-    unsafe {
-        kernels::pass_adjoints::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            primitive(grad_state).into_tensor_arg(),
-            s.decays.cs.clone().into_tensor_arg(),
-            direct.into_tensor_arg(),
-            adjoints.clone().into_tensor_arg(),
-            d.sizes(),
-            dtype,
-        );
-    }
+    let grad_state = primitive(grad_state);
+    let cs = s.decays.cs.clone();
+    launch!(pass_adjoints, b * h * p * n; grad_state, cs, direct, adjoints; d.sizes());
     // G[j+1] per group, [b, c, g, r·p, n] (a view)
     let leaving = tensor(adjoints.clone())
         .reshape([b, c + 1, g, r * p, n])
@@ -98,22 +82,8 @@ where
     let dx_diag = primitive(tensor(m).swap_dims(3, 4).matmul(tensor(dyc.clone())));
     let dyx = primitive(tensor(dyc).matmul(tensor(s.xc.clone()).swap_dims(3, 4)));
     let v = empty(&x, [b, c, h, q, q]);
-    let (count, dim) = grid(&x, b * c * h * q);
-    // SAFETY: as above
-    unsafe {
-        kernels::pair_sums::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            dyx.clone().into_tensor_arg(),
-            s.cb.clone().into_tensor_arg(),
-            s.decays.da.clone().into_tensor_arg(),
-            dt.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            d.sizes(),
-            dtype,
-        );
-    }
+    let (cb, da) = (&s.cb, &s.decays.da);
+    launch!(pair_sums, b * c * h * q; dyx, cb, da, dt, v; d.sizes());
     // the scores' gradient, summed over each group's heads, [b, c, g, q, q]
     let grad_cb = tensor(dyx)
         .reshape([b, c, g, r, q * q])
@@ -134,23 +104,11 @@ where
     let grad_b2 = primitive(tensor(s.xw).matmul(leaving));
     let grad_b = empty(&x, [b, l, g, n]);
     let grad_c = empty(&x, [b, l, g, n]);
-    let (count, dim) = grid(&x, b * l * g * n);
-    // SAFETY: as above
-    unsafe {
-        kernels::unchunk_bc::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            grad_b1.into_tensor_arg(),
-            grad_b2.into_tensor_arg(),
-            grad_c1.into_tensor_arg(),
-            grad_c2.into_tensor_arg(),
-            grad_b.clone().into_tensor_arg(),
-            grad_c.clone().into_tensor_arg(),
-            d.sizes(),
-            dtype,
-        );
-    }
+    launch!(
+        unchunk_bc, b * l * g * n;
+        grad_b1, grad_b2, grad_c1, grad_c2, grad_b, grad_c;
+        d.sizes(),
+    );
 
     // x, and the log-decays' terms at each position
     let grad_x = empty(&x, [b, l, h, p]);
@@ -159,53 +117,22 @@ where
         empty(&x, [b, h, c * q]),
         empty(&x, [b, h, c * q]),
     );
-    let (count, dim) = grid(&x, b * l * h);
-    // SAFETY: as above
-    unsafe {
-        kernels::position_grads::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            x.clone().into_tensor_arg(),
-            dt.clone().into_tensor_arg(),
-            dy.into_tensor_arg(),
-            y_off.into_tensor_arg(),
-            s.decays.cs.clone().into_tensor_arg(),
-            s.decays.to_end.clone().into_tensor_arg(),
-            dx_diag.into_tensor_arg(),
-            gb.into_tensor_arg(),
-            grad_x.clone().into_tensor_arg(),
-            u.clone().into_tensor_arg(),
-            w.clone().into_tensor_arg(),
-            xdx.clone().into_tensor_arg(),
-            d.sizes(),
-            dtype,
-        );
-    }
+    let to_end = &s.decays.to_end;
+    launch!(
+        position_grads, b * l * h;
+        x, dt, dy, y_off, cs, to_end, dx_diag, gb, grad_x, u, w, xdx;
+        d.sizes(),
+    );
 
     // the log-decays, dt and A
     let grad_da = empty(&x, [b, l, h]);
     let grad_dt = empty(&x, [b, l, h]);
-    let (count, dim) = grid(&x, b * h * c);
-    // SAFETY: as above
-    unsafe {
-        kernels::decay_scans::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            primitive(f.a.clone()).into_tensor_arg(),
-            s.decays.cs.into_tensor_arg(),
-            u.into_tensor_arg(),
-            w.into_tensor_arg(),
-            xdx.into_tensor_arg(),
-            pairs.into_tensor_arg(),
-            outside.into_tensor_arg(),
-            grad_da.clone().into_tensor_arg(),
-            grad_dt.clone().into_tensor_arg(),
-            d.sizes(),
-            dtype,
-        );
-    }
+    let a = primitive(f.a.clone());
+    launch!(
+        decay_scans, b * h * c;
+        a, cs, u, w, xdx, pairs, outside, grad_da, grad_dt;
+        d.sizes(),
+    );
     let grad_a = (float::<CubeBackend<R, F, I, BT>, 3>(grad_da) * f.dt.clone())
         .sum_dim(0)
         .sum_dim(1)

@@ -16,13 +16,13 @@
 //! 8. the entering states' output `C · S_inᵀ` per group (a product);
 //! 9. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout ([`kernels::combine_output`]).
 
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::inputs::F32Inputs;
 use super::kernels;
-use super::launch::{empty, grid, unused};
+use super::launch::{empty, launch, unused};
 use crate::ssd::backend::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
@@ -94,31 +94,12 @@ where
     BT: BoolElement,
 {
     let dt = primitive(f.dt.clone());
-    let starts = f.starts.clone().map(primitive);
+    let a = primitive(f.a.clone());
+    let has_starts = f.starts.is_some();
+    let starts = f.starts.clone().map_or_else(|| unused(&dt), primitive);
     let size = [d.b, d.h, d.c * d.q];
     let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
-    let (count, dim) = grid(&dt, d.b * d.h * d.c);
-    // SAFETY: every index is within its tensor: the kernel checks its thread position against
-    // the element count and derives each index from the shapes
-    unsafe {
-        kernels::decays::launch_unchecked::<R>(
-            &dt.client.clone(),
-            count,
-            dim,
-            dt.clone().into_tensor_arg(),
-            primitive(f.a.clone()).into_tensor_arg(),
-            starts
-                .clone()
-                .unwrap_or_else(|| unused(&dt))
-                .into_tensor_arg(),
-            da.clone().into_tensor_arg(),
-            cs.clone().into_tensor_arg(),
-            to_end.clone().into_tensor_arg(),
-            d.sizes(),
-            starts.is_some(),
-            DType::F32.into(),
-        );
-    }
+    launch!(decays, d.b * d.h * d.c; dt, a, starts, da, cs, to_end; d.sizes(), has_starts);
     Decays { da, cs, to_end }
 }
 
@@ -134,24 +115,13 @@ pub(super) fn layouts<R: CubeRuntime>(
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let vc = empty(v, [d.b, d.c, d.h, d.q, d.p]);
     let vw = empty(v, [d.b, d.c, d.g, d.q, d.r * d.p]);
-    let (count, dim) = grid(v, d.b * d.c * d.q * d.h * d.p);
-    // SAFETY: as in `decays`
-    unsafe {
-        kernels::chunk_layouts::launch_unchecked::<R>(
-            &v.client.clone(),
-            count,
-            dim,
-            v.clone().into_tensor_arg(),
-            dt.cloned().unwrap_or_else(|| unused(v)).into_tensor_arg(),
-            decay.clone().into_tensor_arg(),
-            vc.clone().into_tensor_arg(),
-            vw.clone().into_tensor_arg(),
-            d.sizes(),
-            dt.is_some(),
-            exp_decay,
-            DType::F32.into(),
-        );
-    }
+    let times_dt = dt.is_some();
+    let dt = dt.cloned().unwrap_or_else(|| unused(v));
+    launch!(
+        chunk_layouts, d.b * d.c * d.q * d.h * d.p;
+        v, dt, decay, vc, vw;
+        d.sizes(), times_dt, exp_decay,
+    );
     (vc, vw)
 }
 
@@ -166,24 +136,10 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let b_mat = primitive(f.b_mat.clone());
+    let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
     let bc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
     let cc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
-    let (count, dim) = grid(&b_mat, d.b * d.c * d.q * d.g * d.n);
-    // SAFETY: as in `decays`
-    unsafe {
-        kernels::chunk_bc::launch_unchecked::<R>(
-            &b_mat.client.clone(),
-            count,
-            dim,
-            b_mat.clone().into_tensor_arg(),
-            primitive(f.c_mat.clone()).into_tensor_arg(),
-            bc.clone().into_tensor_arg(),
-            cc.clone().into_tensor_arg(),
-            d.sizes(),
-            DType::F32.into(),
-        );
-    }
+    launch!(chunk_bc, d.b * d.c * d.q * d.g * d.n; b_mat, c_mat, bc, cc; d.sizes());
     (bc, cc)
 }
 
@@ -196,22 +152,9 @@ pub(super) fn scores<R: CubeRuntime>(
     d: Dims,
 ) -> CubeTensor<R> {
     let m = empty(cb, [d.b, d.c, d.h, d.q, d.q]);
-    let (count, dim) = grid(cb, d.b * d.c * d.h * d.q);
-    // SAFETY: as in `decays`
-    unsafe {
-        kernels::decay_scores::launch_unchecked::<R>(
-            &cb.client.clone(),
-            count,
-            dim,
-            cb.clone().into_tensor_arg(),
-            da.clone().into_tensor_arg(),
-            dt.cloned().unwrap_or_else(|| unused(cb)).into_tensor_arg(),
-            m.clone().into_tensor_arg(),
-            d.sizes(),
-            dt.is_some(),
-            DType::F32.into(),
-        );
-    }
+    let times_dt = dt.is_some();
+    let dt = dt.cloned().unwrap_or_else(|| unused(cb));
+    launch!(decay_scores, d.b * d.c * d.h * d.q; cb, da, dt, m; d.sizes(), times_dt);
     m
 }
 
@@ -224,25 +167,13 @@ pub(super) fn pass_states<R: CubeRuntime>(
     d: Dims,
 ) -> CubeTensor<R> {
     let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
-    let (count, dim) = grid(cs, d.b * d.h * d.p * d.n);
-    // SAFETY: as in `decays`
-    unsafe {
-        kernels::pass_states::launch_unchecked::<R>(
-            &cs.client.clone(),
-            count,
-            dim,
-            initial
-                .clone()
-                .unwrap_or_else(|| unused(cs))
-                .into_tensor_arg(),
-            cs.clone().into_tensor_arg(),
-            chunk_states.into_tensor_arg(),
-            states.clone().into_tensor_arg(),
-            d.sizes(),
-            initial.is_some(),
-            DType::F32.into(),
-        );
-    }
+    let has_initial = initial.is_some();
+    let initial = initial.unwrap_or_else(|| unused(cs));
+    launch!(
+        pass_states, d.b * d.h * d.p * d.n;
+        initial, cs, chunk_states, states;
+        d.sizes(), has_initial,
+    );
     states
 }
 
@@ -353,20 +284,7 @@ where
 
     // step 9: y in the input's layout
     let y = empty(&y_diag, [d.b, d.l, d.h, d.p]);
-    let (count, dim) = grid(&y, d.b * d.l * d.h * d.p);
-    // SAFETY: as in `decays`
-    unsafe {
-        kernels::combine_output::launch_unchecked::<R>(
-            &y.client.clone(),
-            count,
-            dim,
-            y_diag.into_tensor_arg(),
-            y_off.into_tensor_arg(),
-            s.decays.cs.clone().into_tensor_arg(),
-            y.clone().into_tensor_arg(),
-            d.sizes(),
-            DType::F32.into(),
-        );
-    }
+    let cs = &s.decays.cs;
+    launch!(combine_output, d.b * d.l * d.h * d.p; y_diag, y_off, cs, y; d.sizes());
     (y, s.states)
 }

@@ -32,7 +32,7 @@ pub(super) struct Sizes {
 /// sums within each chunk `cs` and the decay from each position to its chunk's end,
 /// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One thread per
 /// `(b, h, chunk)`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decays<F: Float>(
     dt: &Tensor<F>,         // [b, l, h]
@@ -86,7 +86,7 @@ pub(super) fn decays<F: Float>(
 /// `exp_decay`), times `dt` when `times_dt`: `x·dt·to_end` for the chunk states' operand of the
 /// forward, `dy·exp(cs)` for the entering states' gradients. One thread per element of
 /// `[b, c, q, h, p]`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_layouts<F: Float>(
     v: &Tensor<F>,      // [b, l, h, p]
@@ -136,7 +136,7 @@ pub(super) fn chunk_layouts<F: Float>(
 
 /// `B` and `C` in the chunk layout `[b, c, g, q, n]`, zero-padded to `c·q` positions. One
 /// thread per element of `[b, c, q, g, n]`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_bc<F: Float>(
     b_mat: &Tensor<F>,  // [b, l, g, n]
@@ -177,7 +177,7 @@ pub(super) fn chunk_bc<F: Float>(
 /// the scores `C·Bᵀ` of its group: `y = M · x` within the chunk (`M · x̃` without `dt`). One
 /// thread per column `(b, j, h, s)`, walking down the column so that the segment sum grows by
 /// one term per row (from its own terms), and a row's threads write adjacent elements.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_scores<F: Float>(
     cb: &Tensor<F>,    // [b, c, g, q, q]
@@ -229,7 +229,7 @@ pub(super) fn decay_scores<F: Float>(
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
 /// thread per `(b, h, p, n)`, looping over the chunks.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_states<F: Float>(
     initial: &Tensor<F>,    // [b, h, p, n] (read when has_initial)
@@ -267,7 +267,7 @@ pub(super) fn pass_states<F: Float>(
 /// The output `y_t = y_diag + exp(Σ_{k ≤ i} dA[k]) · y_off` at time `t` (position `i` of chunk
 /// `j`), from the intra-chunk product `y_diag` `[b, c, h, q, p]` and the entering states' part
 /// `y_off = C_t · S[j]` `[b, c, g, q, r·p]`. One thread per element of `y` `[b, l, h, p]`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn combine_output<F: Float>(
     y_diag: &Tensor<F>, // [b, c, h, q, p]
@@ -305,7 +305,7 @@ pub(super) fn combine_output<F: Float>(
 /// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
 /// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
 /// chunks backwards.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_adjoints<F: Float>(
     grad_final: &Tensor<F>,   // [b, h, p, n]
@@ -343,7 +343,7 @@ pub(super) fn pass_adjoints<F: Float>(
 /// `V[k, s] = Σ_{i ≥ k} T[i, s] · CB[i, s]` for `s < k`, 0 elsewhere, `[b, c, h, q, q]`: the
 /// pairs `(s, i)` whose decay spans step `k` (`∂L/∂dA_k` has `Σ_s V[k, s]`). One thread per
 /// column `(b, j, h, s)`: down the column for `L` (from its own terms), back up for `V`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pair_sums<F: Float>(
     dyx: &mut Tensor<F>, // [b, c, h, q, q]: dy·xᵀ in, T out
@@ -402,7 +402,7 @@ pub(super) fn pair_sums<F: Float>(
 /// log-decays' gradient `[b, h, c·q]`: `u_t = dy_t · y_off_t` (the entering state's output,
 /// `exp(cs)` included), `w_t = to_end_t · dt_t · (x_t · (G · B)_t)` (the chunk state's
 /// weight) and `xdx_t = x_t · dx̃_t` (`dt`'s gradient through `x̃`). One thread per `(b, t, h)`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn position_grads<F: Float>(
     x: &Tensor<F>,          // [b, l, h, p]
@@ -467,7 +467,7 @@ pub(super) fn position_grads<F: Float>(
 /// S[j]⟩` (both outside); only spanning pairs are summed, so nothing cancels. Also the
 /// gradient of `dt`, `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`, looping over the
 /// chunk twice.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_scans<F: Float>(
     a: &Tensor<F>,           // [h]
@@ -524,7 +524,7 @@ pub(super) fn decay_scans<F: Float>(
 
 /// The gradients of `B` and `C` in their input layout `[b, l, g, n]` from the chunk layout's
 /// two parts each `[b, c, g, q, n]`. One thread per element of `[b, l, g, n]`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn unchunk_bc<F: Float>(
     grad_b1: &Tensor<F>,    // [b, c, g, q, n]

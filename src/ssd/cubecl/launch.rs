@@ -1,4 +1,5 @@
-//! What every launch of the fused scan shares: buffers in `f32` and the launch grid.
+//! What every launch of the fused scan shares: buffers in `f32`, the launch grid and the
+//! address type.
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -35,3 +36,42 @@ pub(super) fn grid<R: CubeRuntime>(like: &CubeTensor<R>, count: usize) -> (CubeC
         dim,
     )
 }
+
+/// The indices a launch over `tensors` needs: 64-bit once one of them holds more than 2³²
+/// elements (CubeCL's default 32-bit indices would wrap there and read the wrong element
+/// without an error), 32-bit otherwise, where they are cheaper.
+pub(super) fn address_type<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> AddressType {
+    tensors
+        .iter()
+        .map(|t| t.required_address_type())
+        .max()
+        .unwrap_or_default()
+}
+
+/// Launches the kernel `kernels::$kernel` with one thread per element of `$threads`: its
+/// tensor arguments (local variables, in the kernel's order), then its other arguments but the
+/// element type, `f32`.
+/// The address type covers every tensor of the launch ([`address_type`]).
+macro_rules! launch {
+    ($kernel:ident, $threads:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
+        let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
+        let (count, dim) = super::launch::grid(tensors[0], $threads);
+        let address = super::launch::address_type(tensors);
+        let client = tensors[0].client.clone();
+        // SAFETY: every index is within its tensor: each kernel checks its thread position
+        // against its element count and derives every index from the shapes, and the address
+        // type holds the largest index of the launch
+        unsafe {
+            super::kernels::$kernel::launch_unchecked::<R>(
+                &client,
+                count,
+                dim,
+                address,
+                $($tensor.clone().into_tensor_arg(),)+
+                $($arg,)*
+                burn::tensor::DType::F32.into(),
+            );
+        }
+    }};
+}
+pub(super) use launch;

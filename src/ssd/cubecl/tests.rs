@@ -270,3 +270,64 @@ fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
 fn fused_matches_tensor_ops_on_cuda() {
     fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default());
 }
+
+/// A scan whose per-head buffers (the intra-chunk matrices `[b, c, h, q, q]`, 18 GiB of `f32`
+/// here) hold more than 2³² elements: each head's output and gradients equal those of a scan
+/// of its last eight heads alone (every buffer of that one below 2³²), so an index that
+/// wrapped at 2³² would read another head's or chunk's values. The heads are independent given
+/// `B` and `C` (one group), so only `dB` and `dC`, sums over every head, are not compared.
+/// About 80 GB of device memory: Cuda only (WGSL has no 64-bit integers).
+#[cfg(feature = "cuda")]
+fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
+    let (b, h, p, g, n, q) = (1, 72, 16, 1, 16, 256);
+    let l = 960 * q;
+    assert!(b * (l / q) * h * q * q > u32::MAX as usize);
+    let mut rng = StdRng::seed_from_u64(43);
+    let x = uniform::<B, 4>(&mut rng, [b, l, h, p], -1.0..1.0, device);
+    let dt = uniform::<B, 3>(&mut rng, [b, l, h], 0.001..0.1, device);
+    let a = uniform::<B, 1>(&mut rng, [h], -1.0..-0.1, device);
+    let b_mat = uniform::<B, 4>(&mut rng, [b, l, g, n], -1.0..1.0, device);
+    let c_mat = uniform::<B, 4>(&mut rng, [b, l, g, n], -1.0..1.0, device);
+    let w_y = uniform::<B, 4>(&mut rng, [b, l, h, p], -1.0..1.0, device);
+    let heads = h - 8..h;
+    let run = |x: Tensor<B, 4>, dt: Tensor<B, 3>, a: Tensor<B, 1>, w_y: Tensor<B, 4>| {
+        let leaves = (x.require_grad(), dt.require_grad(), a.require_grad());
+        let input = SsdInput::new(
+            leaves.0.clone(),
+            leaves.1.clone(),
+            leaves.2.clone(),
+            b_mat.clone(),
+            c_mat.clone(),
+            q,
+        );
+        let (y, state) = ssd_chunked(input);
+        let grads = (y.clone() * w_y).sum().backward();
+        (
+            y.inner(),
+            state.inner(),
+            leaves.0.grad(&grads).expect("dx"),
+            leaves.1.grad(&grads).expect("ddt"),
+            leaves.2.grad(&grads).expect("dA"),
+        )
+    };
+    let whole = run(x.clone(), dt.clone(), a.clone(), w_y.clone());
+    let part = run(
+        x.slice([0..b, 0..l, heads.clone()]),
+        dt.slice([0..b, 0..l, heads.clone()]),
+        a.slice([heads.clone()]),
+        w_y.slice([0..b, 0..l, heads.clone()]),
+    );
+    let last = |t: Tensor<B::InnerBackend, 4>| t.narrow(2, h - 8, 8);
+    assert_close("y", last(whole.0), part.0);
+    assert_close("final state", whole.1.narrow(1, h - 8, 8), part.1);
+    assert_close("dx", last(whole.2), part.2);
+    assert_close("ddt", whole.3.narrow(2, h - 8, 8), part.3);
+    assert_close("dA", whole.4.narrow(0, h - 8, 8), part.4);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU with about 80 GB: run with -- --ignored"]
+fn indices_past_u32_read_the_right_elements_on_cuda() {
+    indices_past_u32::<Autodiff<burn::backend::Cuda>>(&Default::default());
+}
