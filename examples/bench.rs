@@ -48,7 +48,8 @@ use serde_json::json;
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Benchmark Mamba-2 training, forward, decode steps and the SSD")]
 struct Args {
-    /// Modes to run, comma separated: train, forward, step, ssd.
+    /// Modes to run, comma separated: train, forward, step, ssd, ssd-cost (the fused GPU
+    /// scan's cost model at this shape, `mamba2_burn::ssd::cost`: no device, nothing timed).
     #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
     mode: Vec<String>,
     /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
@@ -66,7 +67,7 @@ struct Args {
     dtype: String,
     /// A named shape that replaces the size flags: `130m`, the shape of mamba2-130m (d_model
     /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,280,
-    /// sequence 2,048, batch 1).
+    /// sequence 2,048, batch 1 unless `--batch` says otherwise).
     #[arg(long)]
     preset: Option<String>,
     /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
@@ -88,8 +89,9 @@ struct Args {
     chunk_size: usize,
     #[arg(long, default_value_t = 256)]
     seq_len: usize,
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
+    /// Rows per batch. Default: 8, 1 with `--preset`.
+    #[arg(long)]
+    batch: Option<usize>,
     /// Timed runs per mode (after one warm-up run).
     #[arg(long, default_value_t = 5)]
     iters: usize,
@@ -119,11 +121,16 @@ impl Args {
                 (self.d_model, self.n_layer, self.d_state, self.headdim) = (768, 24, 128, 64);
                 (self.ngroups, self.chunk_size) = (1, 256);
                 self.vocab = self.vocab.or(Some(50_280));
-                (self.seq_len, self.batch) = (2048, 1);
+                self.seq_len = 2048;
+                self.batch = self.batch.or(Some(1));
             }
             Some(other) => return Err(format!("unknown --preset {other:?} (130m)")),
         }
         Ok(self)
+    }
+
+    fn batch(&self) -> usize {
+        self.batch.unwrap_or(8)
     }
 
     fn vocab(&self) -> usize {
@@ -243,11 +250,51 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
-            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab(),
+            "seq_len": args.seq_len, "batch": args.batch(), "vocab": args.vocab(),
         },
     });
     merge(&mut line, extra);
     println!("{line}");
+}
+
+/// `--mode ssd-cost`: one JSON line per launch of one layer's fused scan (forward, then
+/// gradient) with its estimated time on an H100, then a summary line whose
+/// `ssd_train_ms_h100` is the scan's estimated time in one training step of `n_layer` layers.
+fn ssd_cost(args: &Args) {
+    use mamba2_burn::ssd::cost::{backward_launches, forward_launches, totals, Rates, ScanShape};
+    let mixer = config(args).mixer;
+    let mut shape = ScanShape::new(
+        args.batch(),
+        args.seq_len,
+        mixer.nheads(),
+        args.ngroups,
+        args.headdim,
+        args.d_state,
+        args.chunk_size,
+    );
+    shape.element_bytes = 4; // the scan computes in f32 whatever --dtype is
+    let rates = Rates::h100(shape.element_bytes);
+    let (forward, backward) = (forward_launches(shape), backward_launches(shape));
+    for launch in forward.iter().chain(&backward) {
+        let mut line = serde_json::to_value(launch).expect("a launch serialises");
+        merge(
+            &mut line,
+            json!({ "mode": "ssd-cost", "us_h100": launch.seconds(&rates) * 1e6 }),
+        );
+        println!("{line}");
+    }
+    let (f, b) = (totals(&forward, &rates), totals(&backward, &rates));
+    println!(
+        "{}",
+        json!({
+            "mode": "ssd-cost", "summary": true, "shape": shape, "rates": rates,
+            "forward": f, "backward": b,
+            "forward_launches": f.launches, "backward_launches": b.launches,
+            "ssd_forward_ms_h100": f.seconds * 1e3 * args.n_layer as f64,
+            "ssd_train_ms_h100": (f.seconds + b.seconds) * 1e3 * args.n_layer as f64,
+            "n_layer": args.n_layer,
+        })
+    );
 }
 
 fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
@@ -258,7 +305,7 @@ fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
 
 /// Random token ids in `[0, vocab)` (a fixed sequence), `[batch, seq_len]`.
 fn random_ids<B: SsdBackend>(args: &Args, device: &B::Device) -> Tensor<B, 2, Int> {
-    let n = args.batch * args.seq_len;
+    let n = args.batch() * args.seq_len;
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let ids: Vec<i64> = (0..n)
         .map(|_| {
@@ -268,11 +315,11 @@ fn random_ids<B: SsdBackend>(args: &Args, device: &B::Device) -> Tensor<B, 2, In
             ((state >> 33) % args.vocab() as u64) as i64
         })
         .collect();
-    Tensor::from_data(TensorData::new(ids, [args.batch, args.seq_len]), device)
+    Tensor::from_data(TensorData::new(ids, [args.batch(), args.seq_len]), device)
 }
 
 fn random_inputs<B: SsdBackend>(args: &Args, device: &B::Device) -> Tensor<B, 3> {
-    let shape = [args.batch, args.seq_len, args.d_model];
+    let shape = [args.batch(), args.seq_len, args.d_model];
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
 }
 
@@ -318,11 +365,11 @@ where
     loss(&model, input.clone())?; // shapes checked once
     let mut optim = AdamWConfig::new().init::<B, M>();
     let step = || {
-        let parts = split_rows(args.batch, args.step_threads())
+        let parts = split_rows(args.batch(), args.step_threads())
             .into_iter()
             .map(|(start, len)| BatchPart {
                 input: input.clone().narrow(0, start, len),
-                weight: len as f64 / args.batch as f64,
+                weight: len as f64 / args.batch() as f64,
             })
             .collect();
         let (grads, _, _) = parallel_backward(&model, parts, |m, x| {
@@ -366,7 +413,7 @@ where
 {
     out(&model, input.clone())?;
     let run = || {
-        let slices = split_rows(args.batch, args.step_threads())
+        let slices = split_rows(args.batch(), args.step_threads())
             .into_iter()
             .map(|(start, len)| (model.clone(), input.clone().narrow(0, start, len)))
             .collect();
@@ -426,7 +473,7 @@ fn bench_step<B: SsdBackend>(
 fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
     let h = args.d_model * 2 / args.headdim;
     let (b, l, p, n, g) = (
-        args.batch,
+        args.batch(),
         args.seq_len,
         args.headdim,
         args.d_state,
@@ -469,7 +516,7 @@ fn run<B: SsdBackend>(
     memory: DeviceMemory,
 ) -> Result<(), Box<dyn std::error::Error>> {
     set_dtype::<B>(args, &device)?;
-    let tokens = (args.batch * args.seq_len) as f64;
+    let tokens = (args.batch() * args.seq_len) as f64;
     for mode in &args.mode {
         match mode.as_str() {
             "train" => bench_train::<Autodiff<B>>(args, &device, &memory).map(|t| {
@@ -503,8 +550,9 @@ fn run<B: SsdBackend>(
                     json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
                 );
             }
+            "ssd-cost" => ssd_cost(args),
             other => {
-                eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd)");
+                eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd, ssd-cost)");
                 std::process::exit(2);
             }
         }

@@ -15,6 +15,7 @@ mod errors;
 mod forecaster;
 mod paths;
 mod reference;
+mod ssd_cost;
 #[cfg(feature = "timeseries")]
 mod timeseries;
 mod training;

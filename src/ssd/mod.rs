@@ -27,6 +27,7 @@
 //! returns are `f32`.
 //!
 //! The files of this folder, each depending only on those listed before it:
+//! - `cost`: [`cost`], the cost model of the fused CubeCL scan's launches (no backend);
 //! - `input`: [`SsdInput`], the inputs of both forms;
 //! - `chunked`: the chunked form as tensor operations, one function per step;
 //! - `recurrence`: the sequential recurrence and the single step;
@@ -39,6 +40,7 @@
 mod autodiff;
 pub(crate) mod backend;
 pub(crate) mod chunked;
+pub mod cost;
 #[cfg(feature = "cubecl")]
 mod cubecl;
 mod input;

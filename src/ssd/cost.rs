@@ -1,0 +1,530 @@
+//! A cost model of the fused CubeCL scan (`ssd::cubecl`): one [`Launch`] per kernel, matrix
+//! product and tensor operation that its forward and its gradient issue, in their order, with
+//! the work each does, and an estimate of its time on a GPU at stated peak rates
+//! ([`Rates`]). It mirrors `ssd/cubecl/forward.rs` and `backward.rs` step by step and changes
+//! with them; `bench --mode ssd-cost` prints it, and tests hold its budgets.
+//!
+//! Lavapipe proves the scan correct but says nothing of a GPU's speed; the model says where the
+//! time of a GPU goes: FLOPs on tensor cores (the products) and off them (the kernels), bytes
+//! read and written, cubes (how much of the GPU a launch fills) and the longest serial chain of
+//! one thread. A launch's time is its fixed cost plus the larger of its compute time and its
+//! memory time (the roofline), so the estimate is a lower bound for what the code can reach,
+//! not a measurement.
+//!
+//! What it assumes, where the code cannot tell it:
+//! - bytes: every tensor a launch reads is read once from memory and every one it writes is
+//!   written once (caches serve the re-reads, for example a group's scores read by each of its
+//!   heads);
+//! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
+//!   tensor cores (`f32` as TF32);
+//! - Burn's element-wise operations and copies: one thread per element of their output, 256 per
+//!   cube; its reductions: one cube of 256 threads per element of their output, each thread
+//!   summing its share of the row before the cube combines them.
+//!
+//! Dimension letters as in [`crate::ssd`].
+
+use serde::Serialize;
+
+/// The threads per cube of the scan's kernels (`ssd/cubecl/launch.rs`).
+const KERNEL_CUBE: usize = 64;
+/// The output tile of a product per cube, each side.
+const PRODUCT_TILE: usize = 64;
+/// The threads per cube of Burn's element-wise and reduction kernels.
+const TENSOR_OP_CUBE: usize = 256;
+
+/// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g`, head dimension `p`,
+/// state dimension `n`, chunk length `q`, and whether it has an initial state, document
+/// starts, and the bytes of one element of its products' operands and transient buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ScanShape {
+    /// Batch.
+    pub b: usize,
+    /// Length.
+    pub l: usize,
+    /// Heads.
+    pub h: usize,
+    /// Groups of `B` and `C`.
+    pub g: usize,
+    /// Head dimension.
+    pub p: usize,
+    /// State dimension.
+    pub n: usize,
+    /// Chunk length.
+    pub q: usize,
+    /// Whether the scan starts from a given state (its gradient is one more copy).
+    pub initial_state: bool,
+    /// Whether rows hold several documents (the decays read their starts).
+    pub documents: bool,
+    /// Bytes per element of the operands of the products and of the buffers between launches
+    /// (4: the scan computes in `f32` today, whatever the model's type).
+    pub element_bytes: usize,
+}
+
+impl ScanShape {
+    /// A scan of `b` rows of `l` steps, `h` heads of dimension `p`, `g` groups of state
+    /// dimension `n`, chunks of `q`; no initial state, no documents, `f32`.
+    pub fn new(b: usize, l: usize, h: usize, g: usize, p: usize, n: usize, q: usize) -> Self {
+        Self {
+            b,
+            l,
+            h,
+            g,
+            p,
+            n,
+            q,
+            initial_state: false,
+            documents: false,
+            element_bytes: 4,
+        }
+    }
+
+    /// The chunks, `c = ⌈l / q⌉`.
+    pub fn c(&self) -> usize {
+        self.l.div_ceil(self.q)
+    }
+
+    /// Heads per group, `r = h / g`.
+    pub fn r(&self) -> usize {
+        self.h / self.g
+    }
+}
+
+/// The forward or the gradient.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    /// The forward: `y` and the states.
+    Forward,
+    /// The gradient, which recomputes what it needs of the forward.
+    Backward,
+}
+
+/// What issues a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchKind {
+    /// A matrix product through Burn's matmul.
+    Product,
+    /// One of the scan's own kernels.
+    Kernel,
+    /// A Burn tensor operation (a reduction, an element-wise product, a copy).
+    TensorOp,
+}
+
+/// One launch and its work.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Launch {
+    /// The step it computes, in the code's words.
+    pub name: &'static str,
+    /// The forward or the gradient.
+    pub pass: Pass,
+    /// A product, a kernel of the scan or a Burn tensor operation.
+    pub kind: LaunchKind,
+    /// FLOPs on tensor cores (the products' multiply-adds, 2 each).
+    pub product_flops: f64,
+    /// FLOPs off tensor cores (the kernels' and tensor operations' arithmetic, `exp` as one).
+    pub other_flops: f64,
+    /// Bytes read from memory.
+    pub bytes_read: f64,
+    /// Bytes written to memory.
+    pub bytes_written: f64,
+    /// Cubes of the launch's grid.
+    pub cubes: usize,
+    /// The longest chain of dependent steps one thread runs (a product's: its inner dimension).
+    pub serial: usize,
+    /// Whether the launch writes a buffer of `b·c·h·q²` elements.
+    pub per_head_square: bool,
+}
+
+impl Launch {
+    /// The estimated time on a GPU of `rates`: the fixed cost of a launch plus the larger of
+    /// compute and memory time.
+    pub fn seconds(&self, rates: &Rates) -> f64 {
+        let compute =
+            self.product_flops / rates.product_flops + self.other_flops / rates.other_flops;
+        let memory = (self.bytes_read + self.bytes_written) / rates.bytes;
+        rates.launch + compute.max(memory)
+    }
+}
+
+/// Peak rates of a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Rates {
+    /// The GPU.
+    pub name: &'static str,
+    /// Dense tensor-core FLOP/s for the products' operand type.
+    pub product_flops: f64,
+    /// FLOP/s off tensor cores (`f32`).
+    pub other_flops: f64,
+    /// Memory bytes per second.
+    pub bytes: f64,
+    /// Seconds per launch that overlap nothing (submission, a kernel's ramp).
+    pub launch: f64,
+}
+
+impl Rates {
+    /// An H100 SXM at its data sheet's dense rates: 989 TFLOP/s in bf16 and f16, 494 in TF32
+    /// (the products of `f32` operands), 67 TFLOP/s `f32` off tensor cores, 3.35 TB/s; 4 µs a
+    /// launch.
+    pub fn h100(element_bytes: usize) -> Self {
+        Self {
+            name: "h100",
+            product_flops: if element_bytes <= 2 { 989e12 } else { 494e12 },
+            other_flops: 67e12,
+            bytes: 3.35e12,
+            launch: 4e-6,
+        }
+    }
+}
+
+/// Builds the launches of one pass, with the shape's sizes in scope.
+struct Plan {
+    s: ScanShape,
+    pass: Pass,
+    launches: Vec<Launch>,
+}
+
+impl Plan {
+    fn new(s: ScanShape, pass: Pass) -> Self {
+        Self {
+            s,
+            pass,
+            launches: Vec::new(),
+        }
+    }
+
+    fn bytes(&self, elements: usize) -> f64 {
+        (elements * self.s.element_bytes) as f64
+    }
+
+    /// A product of `batch` matrices `[m, k] · [k, n]` reading `read` and writing `m·n` per
+    /// batch element.
+    fn product(&mut self, name: &'static str, batch: usize, m: usize, n: usize, k: usize) {
+        let read = batch * (m * k + k * n);
+        self.launches.push(Launch {
+            name,
+            pass: self.pass,
+            kind: LaunchKind::Product,
+            product_flops: 2.0 * (batch * m * n * k) as f64,
+            other_flops: 0.0,
+            bytes_read: self.bytes(read),
+            bytes_written: self.bytes(batch * m * n),
+            cubes: batch * m.div_ceil(PRODUCT_TILE) * n.div_ceil(PRODUCT_TILE),
+            serial: k,
+            per_head_square: false,
+        });
+    }
+
+    /// One of the scan's kernels: `threads` threads, `flops` off tensor cores, `read` and
+    /// `written` elements, a chain of `serial` steps per thread.
+    #[allow(clippy::too_many_arguments)]
+    fn kernel(
+        &mut self,
+        name: &'static str,
+        threads: usize,
+        flops: usize,
+        read: usize,
+        written: usize,
+        serial: usize,
+        per_head_square: bool,
+    ) {
+        self.launches.push(Launch {
+            name,
+            pass: self.pass,
+            kind: LaunchKind::Kernel,
+            product_flops: 0.0,
+            other_flops: flops as f64,
+            bytes_read: self.bytes(read),
+            bytes_written: self.bytes(written),
+            cubes: threads.div_ceil(KERNEL_CUBE),
+            serial,
+            per_head_square,
+        });
+    }
+
+    /// A Burn element-wise operation or copy reading `read` elements and writing `written`,
+    /// one FLOP per element read.
+    fn elementwise(&mut self, name: &'static str, read: usize, written: usize) {
+        self.tensor_op(name, read, written, written.div_ceil(TENSOR_OP_CUBE), 1);
+    }
+
+    /// A Burn reduction of `read` elements into `written` sums.
+    fn reduction(&mut self, name: &'static str, read: usize, written: usize) {
+        let row = read.div_ceil(written.max(1));
+        self.tensor_op(
+            name,
+            read,
+            written,
+            written,
+            row.div_ceil(TENSOR_OP_CUBE) + 8,
+        );
+    }
+
+    fn tensor_op(
+        &mut self,
+        name: &'static str,
+        read: usize,
+        written: usize,
+        cubes: usize,
+        serial: usize,
+    ) {
+        self.launches.push(Launch {
+            name,
+            pass: self.pass,
+            kind: LaunchKind::TensorOp,
+            product_flops: 0.0,
+            other_flops: read as f64,
+            bytes_read: self.bytes(read),
+            bytes_written: self.bytes(written),
+            cubes,
+            serial,
+            per_head_square: false,
+        });
+    }
+
+    /// The forward's steps 1 to 3, 6 and 7, which the gradient recomputes
+    /// (`forward::recompute`).
+    fn recompute(&mut self) {
+        let ScanShape {
+            b,
+            l,
+            h,
+            g,
+            p,
+            n,
+            q,
+            ..
+        } = self.s;
+        let (c, r) = (self.s.c(), self.s.r());
+        let big_l = c * q;
+        let starts = if self.s.documents { b * l } else { 0 };
+        // per (b, h, chunk): dA, its sums in the chunk and the decay to the chunk's end
+        self.kernel(
+            "decays",
+            b * h * c,
+            6 * b * h * big_l,
+            b * l * h + h + starts,
+            3 * b * h * big_l,
+            2 * q,
+            false,
+        );
+        self.kernel(
+            "chunk_layouts(x)",
+            b * big_l * h * p,
+            2 * b * big_l * h * p,
+            b * l * h * p + b * l * h + b * h * big_l,
+            2 * b * big_l * h * p,
+            1,
+            false,
+        );
+        self.kernel(
+            "chunk_bc",
+            b * big_l * g * n,
+            0,
+            2 * b * l * g * n,
+            2 * b * big_l * g * n,
+            1,
+            false,
+        );
+        self.product("C·Bᵀ", b * c * g, q, q, n);
+        self.product("chunk states (x·dt·to_end)ᵀ·B", b * c * g, r * p, n, q);
+        let initial = if self.s.initial_state {
+            b * h * p * n
+        } else {
+            0
+        };
+        self.kernel(
+            "pass_states",
+            b * h * p * n,
+            3 * b * c * h * p * n,
+            b * c * h * p * n + b * h * c + initial,
+            b * (c + 1) * h * p * n,
+            c,
+            false,
+        );
+    }
+
+    /// The decay-weighted scores `M` `[b, c, h, q, q]`, one thread per column.
+    fn decay_scores(&mut self) {
+        let ScanShape { b, l, h, g, q, .. } = self.s;
+        let c = self.s.c();
+        self.kernel(
+            "decay_scores",
+            b * c * h * q,
+            4 * b * c * h * q * (q + 1) / 2,
+            b * c * g * q * q + b * h * c * q + b * l * h,
+            b * c * h * q * q,
+            q,
+            true,
+        );
+    }
+}
+
+/// The launches of the fused scan's forward (`ssd/cubecl/forward.rs`), in order.
+pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
+    let mut plan = Plan::new(s, Pass::Forward);
+    let ScanShape {
+        b,
+        l,
+        h,
+        g,
+        p,
+        n,
+        q,
+        ..
+    } = s;
+    let (c, r) = (s.c(), s.r());
+    plan.recompute();
+    plan.decay_scores();
+    plan.product("M·x", b * c * h, q, p, q);
+    plan.product("C·S_inᵀ", b * c * g, q, r * p, n);
+    plan.kernel(
+        "combine_output",
+        b * l * h * p,
+        3 * b * l * h * p,
+        2 * b * c * q * h * p + b * h * c * q,
+        b * l * h * p,
+        1,
+        false,
+    );
+    // the final state, a narrowed slot of the states, made contiguous
+    plan.elementwise("final state copy", b * h * p * n, b * h * p * n);
+    plan.launches
+}
+
+/// The launches of the fused scan's gradient (`ssd/cubecl/backward.rs`), in order.
+pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
+    let mut plan = Plan::new(s, Pass::Backward);
+    let ScanShape {
+        b,
+        l,
+        h,
+        g,
+        p,
+        n,
+        q,
+        ..
+    } = s;
+    let (c, r) = (s.c(), s.r());
+    let big_l = c * q;
+    plan.recompute();
+    plan.decay_scores();
+    plan.product("C·S_inᵀ", b * c * g, q, r * p, n);
+    plan.kernel(
+        "chunk_layouts(dy)",
+        b * big_l * h * p,
+        3 * b * big_l * h * p,
+        b * l * h * p + b * h * big_l,
+        2 * b * big_l * h * p,
+        1,
+        false,
+    );
+    plan.product("(dy·exp(cs))ᵀ·C", b * c * g, r * p, n, q);
+    plan.kernel(
+        "pass_adjoints",
+        b * h * p * n,
+        3 * b * c * h * p * n,
+        b * c * h * p * n + b * h * p * n + b * h * c,
+        b * (c + 1) * h * p * n,
+        c,
+        false,
+    );
+    plan.product("B·G_outᵀ", b * c * g, q, r * p, n);
+    plan.product("Mᵀ·dy", b * c * h, q, p, q);
+    plan.product("dy·xᵀ", b * c * h, q, q, p);
+    plan.kernel(
+        "pair_sums",
+        b * c * h * q,
+        6 * b * c * h * q * (q + 1) / 2,
+        b * c * h * q * q + b * c * g * q * q + b * h * big_l + b * l * h,
+        2 * b * c * h * q * q,
+        2 * q,
+        true,
+    );
+    plan.reduction(
+        "d(C·Bᵀ) sum over heads",
+        b * c * h * q * q,
+        b * c * g * q * q,
+    );
+    plan.reduction("pair sums over s", b * c * h * q * q, b * c * h * q);
+    plan.elementwise("G_out ⊙ S_in", 2 * b * c * h * p * n, b * c * h * p * n);
+    plan.reduction("⟨G_out, S_in⟩ sum", b * c * h * p * n, b * c * h);
+    plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
+    plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
+    plan.product("dB: d(C·Bᵀ)ᵀ·C", b * c * g, q, n, q);
+    plan.product("dB: (x·dt·to_end)·G_out", b * c * g, q, n, r * p);
+    plan.kernel(
+        "unchunk_bc",
+        b * l * g * n,
+        2 * b * l * g * n,
+        4 * b * big_l * g * n,
+        2 * b * l * g * n,
+        1,
+        false,
+    );
+    plan.kernel(
+        "position_grads",
+        b * l * h,
+        8 * b * l * h * p,
+        2 * b * l * h * p + 3 * b * big_l * h * p + 2 * b * h * big_l + b * l * h,
+        b * l * h * p + 3 * b * h * big_l,
+        p,
+        false,
+    );
+    plan.kernel(
+        "decay_scans",
+        b * h * c,
+        6 * b * h * big_l,
+        h + 4 * b * h * big_l + b * c * h * q + b * c * h,
+        2 * b * l * h,
+        2 * q,
+        false,
+    );
+    plan.elementwise("dA·dt", 2 * b * l * h, b * l * h);
+    plan.reduction("dA sum over batch", b * l * h, l * h);
+    plan.reduction("dA sum over length", l * h, h);
+    if s.initial_state {
+        plan.elementwise("initial state gradient copy", b * h * p * n, b * h * p * n);
+    }
+    plan.launches
+}
+
+/// The totals of a list of launches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Totals {
+    /// Launches.
+    pub launches: usize,
+    /// FLOPs on tensor cores.
+    pub product_flops: f64,
+    /// FLOPs off tensor cores.
+    pub other_flops: f64,
+    /// Bytes read and written.
+    pub bytes: f64,
+    /// The estimated time.
+    pub seconds: f64,
+}
+
+/// The totals of `launches` on a GPU of `rates`.
+pub fn totals(launches: &[Launch], rates: &Rates) -> Totals {
+    launches.iter().fold(Totals::default(), |t, x| Totals {
+        launches: t.launches + 1,
+        product_flops: t.product_flops + x.product_flops,
+        other_flops: t.other_flops + x.other_flops,
+        bytes: t.bytes + x.bytes_read + x.bytes_written,
+        seconds: t.seconds + x.seconds(rates),
+    })
+}
+
+/// The launches of `launches` that carry more than `share` of the FLOPs or of the bytes of all
+/// of them.
+pub fn heavy(launches: &[Launch], share: f64) -> Vec<&Launch> {
+    let all = totals(launches, &Rates::h100(4));
+    let flops = all.product_flops + all.other_flops;
+    launches
+        .iter()
+        .filter(|x| {
+            (x.product_flops + x.other_flops) > share * flops
+                || (x.bytes_read + x.bytes_written) > share * all.bytes
+        })
+        .collect()
+}

@@ -1,0 +1,78 @@
+//! The cost model of the fused GPU scan (`mamba2_burn::ssd::cost`) at the shape of one
+//! mamba2-130m layer in training (batch 8 × 2,048 tokens, 24 heads of 64, one group, state 128,
+//! chunks of 256): its arithmetic against the products' formulas, and the budgets it holds.
+//! `cargo run --release --example bench -- --mode ssd-cost --preset 130m --batch 8` prints it.
+
+use mamba2_burn::ssd::cost::{
+    backward_launches, forward_launches, heavy, totals, LaunchKind, Rates, ScanShape,
+};
+
+fn layer_130m() -> ScanShape {
+    ScanShape::new(8, 2048, 24, 1, 64, 128, 256)
+}
+
+/// The forward's products are the SSD's contractions, each once: `C·Bᵀ` per group
+/// (`2·b·c·g·q²·n`), the chunk states and the entering states' output (`2·b·c·h·q·p·n` each)
+/// and the intra-chunk product (`2·b·c·h·q²·p`).
+#[test]
+fn forward_products_are_the_contractions_of_the_scan_once() {
+    let s = layer_130m();
+    let (b, c, g, h, p, n, q) = (8.0, 8.0, 1.0, 24.0, 64.0, 128.0, 256.0);
+    assert_eq!(s.c(), 8);
+    let expected = 2.0 * b * c * g * q * q * n
+        + 2.0 * 2.0 * b * c * h * q * p * n
+        + 2.0 * b * c * h * q * q * p;
+    let launches = forward_launches(s);
+    let products: Vec<_> = launches
+        .iter()
+        .filter(|x| x.kind == LaunchKind::Product)
+        .collect();
+    assert_eq!(products.len(), 4);
+    let flops = totals(&launches, &Rates::h100(4)).product_flops;
+    assert_eq!(flops, expected);
+    // the gradient recomputes the forward's products but the intra-chunk one, and has the
+    // transposed products of each: about twice the forward's
+    let backward = totals(&backward_launches(s), &Rates::h100(4)).product_flops;
+    assert!(
+        backward > 2.0 * flops && backward < 3.0 * flops,
+        "{backward} vs {flops}"
+    );
+}
+
+/// Every launch that carries more than 5% of a pass's FLOPs or bytes fills an H100 at least
+/// twice over: 264 cubes (132 SMs).
+#[test]
+fn heavy_launches_fill_the_gpu() {
+    let s = layer_130m();
+    for launches in [forward_launches(s), backward_launches(s)] {
+        let heavy = heavy(&launches, 0.05);
+        assert!(!heavy.is_empty());
+        for x in heavy {
+            assert!(x.cubes >= 264, "{} has {} cubes", x.name, x.cubes);
+        }
+    }
+}
+
+/// A launch's estimate is its fixed cost plus the larger of compute and memory time, and
+/// grows with the batch.
+#[test]
+fn estimates_follow_the_roofline() {
+    let rates = Rates::h100(4);
+    let s = layer_130m();
+    for x in forward_launches(s).iter().chain(&backward_launches(s)) {
+        let compute = x.product_flops / rates.product_flops + x.other_flops / rates.other_flops;
+        let memory = (x.bytes_read + x.bytes_written) / rates.bytes;
+        let t = x.seconds(&rates);
+        assert!(
+            t >= rates.launch + compute && t >= rates.launch + memory,
+            "{}",
+            x.name
+        );
+        assert!(t <= rates.launch + compute + memory, "{}", x.name);
+    }
+    let one = ScanShape { b: 1, ..s };
+    let time = |s| {
+        totals(&forward_launches(s), &rates).seconds + totals(&backward_launches(s), &rates).seconds
+    };
+    assert!(time(s) > 4.0 * time(one));
+}
