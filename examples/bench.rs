@@ -272,7 +272,15 @@ fn ssd_cost(args: &Args) {
         args.d_state,
         args.chunk_size,
     );
-    shape.element_bytes = 4; // the scan computes in f32 whatever --dtype is
+    // the products' operands and the layouts in the model's type, the rest in f32
+    shape.element_bytes = match args.dtype.as_str() {
+        "f32" => 4,
+        "f16" | "bf16" => 2,
+        other => {
+            eprintln!("error: unknown --dtype {other:?} (f32, f16, bf16)");
+            std::process::exit(2);
+        }
+    };
     let rates = Rates::h100(shape.element_bytes);
     let (forward, backward) = (forward_launches(shape), backward_launches(shape));
     for launch in forward.iter().chain(&backward) {
@@ -550,7 +558,6 @@ fn run<B: SsdBackend>(
                     json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
                 );
             }
-            "ssd-cost" => ssd_cost(args),
             other => {
                 eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd, ssd-cost)");
                 std::process::exit(2);
@@ -569,6 +576,22 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // the cost model needs no device
+    if args.mode.iter().any(|m| m == "ssd-cost") {
+        ssd_cost(&args);
+    }
+    let args = Args {
+        mode: args
+            .mode
+            .iter()
+            .filter(|m| *m != "ssd-cost")
+            .cloned()
+            .collect(),
+        ..args
+    };
+    if args.mode.is_empty() {
+        return;
+    }
     match args.ssd.as_str() {
         "fused" => mamba2_burn::ssd::set_fused_kernels(true),
         "tensor-ops" => mamba2_burn::ssd::set_fused_kernels(false),

@@ -76,3 +76,30 @@ fn estimates_follow_the_roofline() {
     };
     assert!(time(s) > 4.0 * time(one));
 }
+
+/// In half precision the products' operands and the layouts take half the bytes (the decays,
+/// states, sums and the products' outputs stay `f32`): no launch moves more, the pass as a
+/// whole markedly less, with one launch more in the gradient (the scores' gradient, a sum in
+/// `f32`, rounded to the operand type).
+#[test]
+fn half_precision_operands_move_fewer_bytes() {
+    let rates = Rates::h100(4);
+    let full = layer_130m();
+    let half = ScanShape {
+        element_bytes: 2,
+        ..full
+    };
+    for (f, h) in [
+        (forward_launches(full), forward_launches(half)),
+        (backward_launches(full), backward_launches(half)),
+    ] {
+        let cast = "d(C·Bᵀ) to the operand type";
+        assert!(h.len() - f.len() == usize::from(h.iter().any(|x| x.name == cast)));
+        for (a, b) in f.iter().zip(h.iter().filter(|x| x.name != cast)) {
+            assert_eq!(a.name, b.name);
+            assert!(b.bytes_read + b.bytes_written <= a.bytes_read + a.bytes_written);
+        }
+        let (f, h) = (totals(&f, &rates).bytes, totals(&h, &rates).bytes);
+        assert!(h < 0.8 * f, "{h} vs {f}");
+    }
+}

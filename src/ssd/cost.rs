@@ -16,7 +16,7 @@
 //!   written once (caches serve the re-reads, for example a group's scores read by each of its
 //!   heads);
 //! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
-//!   tensor cores (`f32` as TF32);
+//!   tensor cores (`f32` as TF32), `f32` outputs;
 //! - Burn's element-wise operations and copies: one thread per element of their output, 256 per
 //!   cube; its reductions: one cube of 256 threads per element of their output, each thread
 //!   summing its share of the row before the cube combines them.
@@ -55,8 +55,8 @@ pub struct ScanShape {
     pub initial_state: bool,
     /// Whether rows hold several documents (the decays read their starts).
     pub documents: bool,
-    /// Bytes per element of the operands of the products and of the buffers between launches
-    /// (4: the scan computes in `f32` today, whatever the model's type).
+    /// Bytes per element of the products' operands and the layouts (the model's type: 2 in
+    /// `f16` or `bf16`, 4 in `f32`); decays, states, sums and the products' outputs are `f32`.
     pub element_bytes: usize,
 }
 
@@ -177,7 +177,8 @@ impl Rates {
     }
 }
 
-/// Builds the launches of one pass, with the shape's sizes in scope.
+/// Builds the launches of one pass, with the shape's sizes in scope. Sizes are in bytes:
+/// [`Plan::e`] for tensors of the operand type, [`Plan::f`] for those in `f32`.
 struct Plan {
     s: ScanShape,
     pass: Pass,
@@ -193,22 +194,27 @@ impl Plan {
         }
     }
 
-    fn bytes(&self, elements: usize) -> f64 {
-        (elements * self.s.element_bytes) as f64
+    /// The bytes of `elements` of the operand type.
+    fn e(&self, elements: usize) -> usize {
+        elements * self.s.element_bytes
     }
 
-    /// A product of `batch` matrices `[m, k] · [k, n]` reading `read` and writing `m·n` per
-    /// batch element.
+    /// The bytes of `elements` in `f32`.
+    fn f(&self, elements: usize) -> usize {
+        elements * 4
+    }
+
+    /// A product of `batch` matrices `[m, k] · [k, n]` of the operand type, written in `f32`.
     fn product(&mut self, name: &'static str, batch: usize, m: usize, n: usize, k: usize) {
-        let read = batch * (m * k + k * n);
+        let read = self.e(batch * (m * k + k * n));
         self.launches.push(Launch {
             name,
             pass: self.pass,
             kind: LaunchKind::Product,
             product_flops: 2.0 * (batch * m * n * k) as f64,
             other_flops: 0.0,
-            bytes_read: self.bytes(read),
-            bytes_written: self.bytes(batch * m * n),
+            bytes_read: read as f64,
+            bytes_written: self.f(batch * m * n) as f64,
             cubes: batch * m.div_ceil(PRODUCT_TILE) * n.div_ceil(PRODUCT_TILE),
             serial: k,
             per_head_square: false,
@@ -216,7 +222,7 @@ impl Plan {
     }
 
     /// One of the scan's kernels: `threads` threads, `flops` off tensor cores, `read` and
-    /// `written` elements, a chain of `serial` steps per thread.
+    /// `written` bytes, a chain of `serial` steps per thread.
     #[allow(clippy::too_many_arguments)]
     fn kernel(
         &mut self,
@@ -234,35 +240,33 @@ impl Plan {
             kind: LaunchKind::Kernel,
             product_flops: 0.0,
             other_flops: flops as f64,
-            bytes_read: self.bytes(read),
-            bytes_written: self.bytes(written),
+            bytes_read: read as f64,
+            bytes_written: written as f64,
             cubes: threads.div_ceil(KERNEL_CUBE),
             serial,
             per_head_square,
         });
     }
 
-    /// A Burn element-wise operation or copy reading `read` elements and writing `written`,
-    /// one FLOP per element read.
-    fn elementwise(&mut self, name: &'static str, read: usize, written: usize) {
-        self.tensor_op(name, read, written, written.div_ceil(TENSOR_OP_CUBE), 1);
+    /// A Burn element-wise operation or copy of `elements` outputs, reading `read` bytes and
+    /// writing `written`, one FLOP per output.
+    fn elementwise(&mut self, name: &'static str, elements: usize, read: usize, written: usize) {
+        let cubes = elements.div_ceil(TENSOR_OP_CUBE);
+        self.tensor_op(name, elements, read, written, cubes, 1);
     }
 
-    /// A Burn reduction of `read` elements into `written` sums.
+    /// A Burn reduction of `f32` rows: `read` elements into `written` sums.
     fn reduction(&mut self, name: &'static str, read: usize, written: usize) {
         let row = read.div_ceil(written.max(1));
-        self.tensor_op(
-            name,
-            read,
-            written,
-            written,
-            row.div_ceil(TENSOR_OP_CUBE) + 8,
-        );
+        let (bytes_read, bytes_written) = (self.f(read), self.f(written));
+        let serial = row.div_ceil(TENSOR_OP_CUBE) + 8;
+        self.tensor_op(name, read, bytes_read, bytes_written, written, serial);
     }
 
     fn tensor_op(
         &mut self,
         name: &'static str,
+        flops: usize,
         read: usize,
         written: usize,
         cubes: usize,
@@ -273,9 +277,9 @@ impl Plan {
             pass: self.pass,
             kind: LaunchKind::TensorOp,
             product_flops: 0.0,
-            other_flops: read as f64,
-            bytes_read: self.bytes(read),
-            bytes_written: self.bytes(written),
+            other_flops: flops as f64,
+            bytes_read: read as f64,
+            bytes_written: written as f64,
             cubes,
             serial,
             per_head_square: false,
@@ -303,8 +307,8 @@ impl Plan {
             "decays",
             b * h * c,
             6 * b * h * big_l,
-            b * l * h + h + starts,
-            3 * b * h * big_l,
+            self.f(b * l * h + h + starts),
+            self.f(3 * b * h * big_l),
             2 * q,
             false,
         );
@@ -312,8 +316,8 @@ impl Plan {
             "chunk_layouts(x)",
             b * big_l * h * p,
             2 * b * big_l * h * p,
-            b * l * h * p + b * l * h + b * h * big_l,
-            2 * b * big_l * h * p,
+            self.e(b * l * h * p) + self.f(b * l * h + b * h * big_l),
+            self.e(2 * b * big_l * h * p),
             1,
             false,
         );
@@ -321,8 +325,8 @@ impl Plan {
             "chunk_bc",
             b * big_l * g * n,
             0,
-            2 * b * l * g * n,
-            2 * b * big_l * g * n,
+            self.e(2 * b * l * g * n),
+            self.e(2 * b * big_l * g * n),
             1,
             false,
         );
@@ -333,12 +337,13 @@ impl Plan {
         } else {
             0
         };
+        let states = b * (c + 1) * h * p * n;
         self.kernel(
             "pass_states",
             b * h * p * n,
             3 * b * c * h * p * n,
-            b * c * h * p * n + b * h * c + initial,
-            b * (c + 1) * h * p * n,
+            self.f(b * c * h * p * n + b * h * c + initial),
+            self.f(states) + self.e(states),
             c,
             false,
         );
@@ -352,8 +357,8 @@ impl Plan {
             "decay_scores",
             b * c * h * q,
             4 * b * c * h * q * (q + 1) / 2,
-            b * c * g * q * q + b * h * c * q + b * l * h,
-            b * c * h * q * q,
+            self.f(b * c * g * q * q + b * h * c * q + b * l * h),
+            self.e(b * c * h * q * q),
             q,
             true,
         );
@@ -382,13 +387,14 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         "combine_output",
         b * l * h * p,
         3 * b * l * h * p,
-        2 * b * c * q * h * p + b * h * c * q,
-        b * l * h * p,
+        plan.f(2 * b * c * q * h * p + b * h * c * q),
+        plan.e(b * l * h * p),
         1,
         false,
     );
     // the final state, a narrowed slot of the states, made contiguous
-    plan.elementwise("final state copy", b * h * p * n, b * h * p * n);
+    let state = b * h * p * n;
+    plan.elementwise("final state copy", state, plan.f(state), plan.f(state));
     plan.launches
 }
 
@@ -407,6 +413,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     } = s;
     let (c, r) = (s.c(), s.r());
     let big_l = c * q;
+    let states = b * (c + 1) * h * p * n;
     plan.recompute();
     plan.decay_scores();
     plan.product("C·S_inᵀ", b * c * g, q, r * p, n);
@@ -414,8 +421,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "chunk_layouts(dy)",
         b * big_l * h * p,
         3 * b * big_l * h * p,
-        b * l * h * p + b * h * big_l,
-        2 * b * big_l * h * p,
+        plan.e(b * l * h * p) + plan.f(b * h * big_l),
+        plan.e(2 * b * big_l * h * p),
         1,
         false,
     );
@@ -424,8 +431,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "pass_adjoints",
         b * h * p * n,
         3 * b * c * h * p * n,
-        b * c * h * p * n + b * h * p * n + b * h * c,
-        b * (c + 1) * h * p * n,
+        plan.f(b * c * h * p * n + b * h * p * n + b * h * c),
+        plan.f(states) + plan.e(states),
         c,
         false,
     );
@@ -436,8 +443,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "pair_sums",
         b * c * h * q,
         6 * b * c * h * q * (q + 1) / 2,
-        b * c * h * q * q + b * c * g * q * q + b * h * big_l + b * l * h,
-        2 * b * c * h * q * q,
+        plan.f(b * c * h * q * q + b * c * g * q * q + b * h * big_l + b * l * h),
+        plan.f(2 * b * c * h * q * q),
         2 * q,
         true,
     );
@@ -446,9 +453,16 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         b * c * h * q * q,
         b * c * g * q * q,
     );
+    if s.element_bytes != 4 {
+        let scores = b * c * g * q * q;
+        let (read, written) = (plan.f(scores), plan.e(scores));
+        plan.elementwise("d(C·Bᵀ) to the operand type", scores, read, written);
+    }
     plan.reduction("pair sums over s", b * c * h * q * q, b * c * h * q);
-    plan.elementwise("G_out ⊙ S_in", 2 * b * c * h * p * n, b * c * h * p * n);
-    plan.reduction("⟨G_out, S_in⟩ sum", b * c * h * p * n, b * c * h);
+    let pairs = b * c * h * p * n;
+    let (read, written) = (plan.f(2 * pairs), plan.f(pairs));
+    plan.elementwise("G_out ⊙ S_in", pairs, read, written);
+    plan.reduction("⟨G_out, S_in⟩ sum", pairs, b * c * h);
     plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
     plan.product("dB: d(C·Bᵀ)ᵀ·C", b * c * g, q, n, q);
@@ -457,8 +471,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "unchunk_bc",
         b * l * g * n,
         2 * b * l * g * n,
-        4 * b * big_l * g * n,
-        2 * b * l * g * n,
+        plan.f(4 * b * big_l * g * n),
+        plan.e(2 * b * l * g * n),
         1,
         false,
     );
@@ -466,8 +480,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "position_grads",
         b * l * h,
         8 * b * l * h * p,
-        2 * b * l * h * p + 3 * b * big_l * h * p + 2 * b * h * big_l + b * l * h,
-        b * l * h * p + 3 * b * h * big_l,
+        plan.e(2 * b * l * h * p) + plan.f(3 * b * big_l * h * p + 2 * b * h * big_l + b * l * h),
+        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l),
         p,
         false,
     );
@@ -475,16 +489,20 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "decay_scans",
         b * h * c,
         6 * b * h * big_l,
-        h + 4 * b * h * big_l + b * c * h * q + b * c * h,
-        2 * b * l * h,
+        plan.f(h + 4 * b * h * big_l + b * c * h * q + b * c * h),
+        plan.f(2 * b * l * h),
         2 * q,
         false,
     );
-    plan.elementwise("dA·dt", 2 * b * l * h, b * l * h);
+    let steps = b * l * h;
+    let (read, written) = (plan.f(2 * steps), plan.f(steps));
+    plan.elementwise("dA·dt", steps, read, written);
     plan.reduction("dA sum over batch", b * l * h, l * h);
     plan.reduction("dA sum over length", l * h, h);
     if s.initial_state {
-        plan.elementwise("initial state gradient copy", b * h * p * n, b * h * p * n);
+        let state = b * h * p * n;
+        let (read, written) = (plan.f(state), plan.f(state));
+        plan.elementwise("initial state gradient copy", state, read, written);
     }
     plan.launches
 }

@@ -15,17 +15,23 @@
 //!   per group ([`super::kernels::unchunk_bc`]);
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
 //!   and from it those of `dt` and `A`.
+//!
+//! Types as in the forward: the products' operands (the layouts, `M`, the states and adjoint
+//! states as operands, the scores' gradient) in the model's type, every sum in `f32`; the
+//! gradients of `x`, `B` and `C` in the model's type, the others in `f32`.
 
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{entering, from_entering, layouts, rank5, recompute, scores, Dims};
-use super::inputs::F32Inputs;
-use super::launch::{empty, launch};
+use super::forward::{entering, from_entering, layouts, product, rank5, recompute, scores, Dims};
+use super::inputs::Inputs;
+use super::launch::{empty, empty_as, f32_type, launch, types};
+use crate::precision::cast_to;
 use crate::ssd::backend::{float, primitive};
 
-/// The gradients of the scan's inputs, in `f32`.
-pub(super) struct F32Grads<B: burn::tensor::backend::Backend> {
+/// The gradients of the scan's inputs: those of `x`, `B` and `C` of the operand type, the
+/// others in `f32`.
+pub(super) struct Grads<B: burn::tensor::backend::Backend> {
     pub(super) x: Tensor<B, 4>,
     pub(super) dt: Tensor<B, 3>,
     pub(super) a: Tensor<B, 1>,
@@ -34,13 +40,13 @@ pub(super) struct F32Grads<B: burn::tensor::backend::Backend> {
     pub(super) initial: Option<Tensor<B, 4>>,
 }
 
-/// The gradients of `f`'s inputs from those of `y` `[b, l, h, p]` and of the final state
-/// `[b, h, p, n]` (both `f32`, contiguous).
+/// The gradients of `f`'s inputs from those of `y` `[b, l, h, p]` (of the operand type) and of
+/// the final state `[b, h, p, n]` (`f32`), both contiguous.
 pub(super) fn backward<R, F, I, BT>(
-    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    f: &Inputs<CubeBackend<R, F, I, BT>>,
     grad_y: Tensor<CubeBackend<R, F, I, BT>, 4>,
     grad_state: Tensor<CubeBackend<R, F, I, BT>, 4>,
-) -> F32Grads<CubeBackend<R, F, I, BT>>
+) -> Grads<CubeBackend<R, F, I, BT>>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -62,33 +68,41 @@ where
     let (dyc, dye) = layouts(&dy, None, &s.decays.cs, true, d);
 
     // the adjoint states
-    let direct = primitive(
-        tensor(dye.clone())
-            .swap_dims(3, 4)
-            .matmul(tensor(s.cc.clone())),
-    );
+    let direct = product(tensor(dye.clone()).swap_dims(3, 4), tensor(s.cc.clone()));
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
+    let adjoints_e = empty_as(&x, [b, c + 1, h, p, n], d.e);
     let grad_state = primitive(grad_state);
     let cs = s.decays.cs.clone();
-    launch!(pass_adjoints, b * h * p * n; grad_state, cs, direct, adjoints; d.sizes());
-    // G[j+1] per group, [b, c, g, r·p, n] (a view)
-    let leaving = tensor(adjoints.clone())
-        .reshape([b, c + 1, g, r * p, n])
-        .narrow(1, 1, c);
+    launch!(
+        pass_adjoints, b * h * p * n;
+        grad_state, cs, direct, adjoints, adjoints_e;
+        d.sizes(), types(d.e),
+    );
+    // G[j+1] per group, [b, c, g, r·p, n] (views), in f32 and of the operand type
+    let leaving_of = |t: &burn_cubecl::tensor::CubeTensor<R>| {
+        tensor(t.clone())
+            .reshape([b, c + 1, g, r * p, n])
+            .narrow(1, 1, c)
+    };
+    let (leaving, leaving_e) = (leaving_of(&adjoints), leaving_of(&adjoints_e));
     let s_in = entering::<R, F, I, BT>(&s.states, d);
+    let s_in_e = entering::<R, F, I, BT>(&s.states_e, d);
 
     // the products of the gradients
-    let gb = primitive(tensor(s.bc.clone()).matmul(leaving.clone().swap_dims(3, 4)));
-    let dx_diag = primitive(tensor(m).swap_dims(3, 4).matmul(tensor(dyc.clone())));
-    let dyx = primitive(tensor(dyc).matmul(tensor(s.xc.clone()).swap_dims(3, 4)));
+    let gb = product(tensor(s.bc.clone()), leaving_e.clone().swap_dims(3, 4));
+    let dx_diag = product(tensor(m).swap_dims(3, 4), tensor(dyc.clone()));
+    let dyx = product(tensor(dyc), tensor(s.xc.clone()).swap_dims(3, 4));
     let v = empty(&x, [b, c, h, q, q]);
     let (cb, da) = (&s.cb, &s.decays.da);
-    launch!(pair_sums, b * c * h * q; dyx, cb, da, dt, v; d.sizes());
-    // the scores' gradient, summed over each group's heads, [b, c, g, q, q]
-    let grad_cb = tensor(dyx)
-        .reshape([b, c, g, r, q * q])
-        .sum_dim(3)
-        .reshape([b, c, g, q, q]);
+    launch!(pair_sums, b * c * h * q; dyx, cb, da, dt, v; d.sizes(), f32_type());
+    // the scores' gradient, summed over each group's heads, [b, c, g, q, q], an operand
+    let grad_cb = cast_to(
+        tensor(dyx)
+            .reshape([b, c, g, r, q * q])
+            .sum_dim(3)
+            .reshape([b, c, g, q, q]),
+        d.e,
+    );
     let pairs = primitive(tensor(v).sum_dim(4));
     // ⟨G[j+1], S[j]⟩ per (b, j, h)
     let outside = primitive(
@@ -98,20 +112,20 @@ where
     );
 
     // B and C
-    let grad_c1 = primitive(tensor(dye).matmul(s_in));
-    let grad_c2 = primitive(grad_cb.clone().matmul(tensor(s.bc)));
-    let grad_b1 = primitive(grad_cb.swap_dims(3, 4).matmul(tensor(s.cc)));
-    let grad_b2 = primitive(tensor(s.xw).matmul(leaving));
-    let grad_b = empty(&x, [b, l, g, n]);
-    let grad_c = empty(&x, [b, l, g, n]);
+    let grad_c1 = product(tensor(dye), s_in_e);
+    let grad_c2 = product(grad_cb.clone(), tensor(s.bc));
+    let grad_b1 = product(grad_cb.swap_dims(3, 4), tensor(s.cc));
+    let grad_b2 = product(tensor(s.xw), leaving_e);
+    let grad_b = empty_as(&x, [b, l, g, n], d.e);
+    let grad_c = empty_as(&x, [b, l, g, n], d.e);
     launch!(
         unchunk_bc, b * l * g * n;
         grad_b1, grad_b2, grad_c1, grad_c2, grad_b, grad_c;
-        d.sizes(),
+        d.sizes(), types(d.e),
     );
 
     // x, and the log-decays' terms at each position
-    let grad_x = empty(&x, [b, l, h, p]);
+    let grad_x = empty_as(&x, [b, l, h, p], d.e);
     let (u, w, xdx) = (
         empty(&x, [b, h, c * q]),
         empty(&x, [b, h, c * q]),
@@ -121,7 +135,7 @@ where
     launch!(
         position_grads, b * l * h;
         x, dt, dy, y_off, cs, to_end, dx_diag, gb, grad_x, u, w, xdx;
-        d.sizes(),
+        d.sizes(), types(d.e),
     );
 
     // the log-decays, dt and A
@@ -131,7 +145,7 @@ where
     launch!(
         decay_scans, b * h * c;
         a, cs, u, w, xdx, pairs, outside, grad_da, grad_dt;
-        d.sizes(),
+        d.sizes(), f32_type(),
     );
     let grad_a = (float::<CubeBackend<R, F, I, BT>, 3>(grad_da) * f.dt.clone())
         .sum_dim(0)
@@ -142,7 +156,7 @@ where
             .narrow(1, 0, 1)
             .reshape([b, h, p, n])
     });
-    F32Grads {
+    Grads {
         x: float(grad_x),
         dt: float(grad_dt),
         a: grad_a,

@@ -15,14 +15,20 @@
 //! 7. the states entering each chunk ([`kernels::pass_states`]);
 //! 8. the entering states' output `C · S_inᵀ` per group (a product);
 //! 9. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout ([`kernels::combine_output`]).
+//!
+//! Types: the products' operands (the layouts of `x`, `B`, `C` and `dy`, `M`, the states as an
+//! operand) are in the model's type, `f16` or `bf16` where it is half precision, `f32`
+//! otherwise; the products accumulate and write `f32`; the decays, the states and every sum
+//! of the kernels are `f32`.
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
+use burn_cubecl::kernel::matmul::{matmul, MatmulStrategy};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::inputs::F32Inputs;
+use super::inputs::Inputs;
 use super::kernels;
-use super::launch::{empty, launch, unused};
+use super::launch::{empty, empty_as, f32_type, launch, types, unused};
 use crate::ssd::backend::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
@@ -38,10 +44,12 @@ pub(super) struct Dims {
     pub(super) n: usize,
     pub(super) q: usize,
     pub(super) c: usize,
+    /// The products' operand type.
+    pub(super) e: DType,
 }
 
 impl Dims {
-    pub(super) fn of<B: burn::tensor::backend::Backend>(f: &F32Inputs<B>) -> Self {
+    pub(super) fn of<B: burn::tensor::backend::Backend>(f: &Inputs<B>) -> Self {
         let [b, l, h, p] = f.x.dims();
         let [_, _, g, n] = f.b_mat.dims();
         let q = f.chunk_size;
@@ -55,6 +63,7 @@ impl Dims {
             n,
             q,
             c: l.div_ceil(q),
+            e: f.operand,
         }
     }
 
@@ -77,6 +86,29 @@ where
     float::<CubeBackend<R, F, I, BT>, 5>(t)
 }
 
+/// The product `lhs · rhs` of two `[.., m, k]`, `[.., k, n]` tensors of the operand type through
+/// Burn's matmul (autotuned; tensor cores where the device has them), accumulated and written
+/// in `f32`.
+pub(super) fn product<R, F, I, BT>(
+    lhs: Tensor<CubeBackend<R, F, I, BT>, 5>,
+    rhs: Tensor<CubeBackend<R, F, I, BT>, 5>,
+) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let (lhs, rhs) = (primitive(lhs), primitive(rhs));
+    let what = format!(
+        "the scan's product {:?} · {:?}",
+        lhs.meta.shape(),
+        rhs.meta.shape()
+    );
+    matmul(lhs, rhs, None, MatmulStrategy::default(), DType::F32)
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+}
+
 /// The log-decays of [`kernels::decays`] in forward time: `dA`, their inclusive sums within
 /// each chunk and the decay from each position to its chunk's end, `[b, h, c·q]` each.
 pub(super) struct Decays<R: CubeRuntime> {
@@ -86,7 +118,7 @@ pub(super) struct Decays<R: CubeRuntime> {
 }
 
 /// Step 1: the log-decays of `f`.
-pub(super) fn decays<R, F, I, BT>(f: &F32Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Decays<R>
+pub(super) fn decays<R, F, I, BT>(f: &Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Decays<R>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -99,13 +131,17 @@ where
     let starts = f.starts.clone().map_or_else(|| unused(&dt), primitive);
     let size = [d.b, d.h, d.c * d.q];
     let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
-    launch!(decays, d.b * d.h * d.c; dt, a, starts, da, cs, to_end; d.sizes(), has_starts);
+    launch!(
+        decays, d.b * d.h * d.c;
+        dt, a, starts, da, cs, to_end;
+        d.sizes(), has_starts, f32_type(),
+    );
     Decays { da, cs, to_end }
 }
 
-/// Step 2 for a `[b, l, h, p]` tensor `v`: per head `[b, c, h, q, p]`, and per group scaled by
-/// `decay` (`exp(decay)` when `exp_decay`) and by `dt` when given, `[b, c, g, q, r·p]`
-/// ([`kernels::chunk_layouts`]).
+/// Step 2 for a `[b, l, h, p]` tensor `v` of the operand type: per head `[b, c, h, q, p]`, and
+/// per group scaled by `decay` (`exp(decay)` when `exp_decay`) and by `dt` when given,
+/// `[b, c, g, q, r·p]`, both of the operand type ([`kernels::chunk_layouts`]).
 pub(super) fn layouts<R: CubeRuntime>(
     v: &CubeTensor<R>,
     dt: Option<&CubeTensor<R>>,
@@ -113,21 +149,22 @@ pub(super) fn layouts<R: CubeRuntime>(
     exp_decay: bool,
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
-    let vc = empty(v, [d.b, d.c, d.h, d.q, d.p]);
-    let vw = empty(v, [d.b, d.c, d.g, d.q, d.r * d.p]);
+    let vc = empty_as(v, [d.b, d.c, d.h, d.q, d.p], d.e);
+    let vw = empty_as(v, [d.b, d.c, d.g, d.q, d.r * d.p], d.e);
     let times_dt = dt.is_some();
     let dt = dt.cloned().unwrap_or_else(|| unused(v));
     launch!(
         chunk_layouts, d.b * d.c * d.q * d.h * d.p;
         v, dt, decay, vc, vw;
-        d.sizes(), times_dt, exp_decay,
+        d.sizes(), times_dt, exp_decay, types(d.e),
     );
     (vc, vw)
 }
 
-/// Step 2 for `B` and `C`: `[b, c, g, q, n]` each ([`kernels::chunk_bc`]).
+/// Step 2 for `B` and `C`: `[b, c, g, q, n]` each, of the operand type
+/// ([`kernels::chunk_bc`]).
 pub(super) fn chunk_bc<R, F, I, BT>(
-    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    f: &Inputs<CubeBackend<R, F, I, BT>>,
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>)
 where
@@ -137,44 +174,55 @@ where
     BT: BoolElement,
 {
     let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
-    let bc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
-    let cc = empty(&b_mat, [d.b, d.c, d.g, d.q, d.n]);
-    launch!(chunk_bc, d.b * d.c * d.q * d.g * d.n; b_mat, c_mat, bc, cc; d.sizes());
+    let bc = empty_as(&b_mat, [d.b, d.c, d.g, d.q, d.n], d.e);
+    let cc = empty_as(&b_mat, [d.b, d.c, d.g, d.q, d.n], d.e);
+    launch!(
+        chunk_bc, d.b * d.c * d.q * d.g * d.n;
+        b_mat, c_mat, bc, cc;
+        d.sizes(), d.e.into(),
+    );
     (bc, cc)
 }
 
-/// Step 4: each head's intra-chunk matrix `[b, c, h, q, q]` from the scores `C·Bᵀ`
-/// `[b, c, g, q, q]`, with the factor `dt_s` when `dt` is given ([`kernels::decay_scores`]).
+/// Step 4: each head's intra-chunk matrix `[b, c, h, q, q]`, of the operand type, from the
+/// scores `C·Bᵀ` `[b, c, g, q, q]`, with the factor `dt_s` when `dt` is given
+/// ([`kernels::decay_scores`]).
 pub(super) fn scores<R: CubeRuntime>(
     cb: &CubeTensor<R>,
     da: &CubeTensor<R>,
     dt: Option<&CubeTensor<R>>,
     d: Dims,
 ) -> CubeTensor<R> {
-    let m = empty(cb, [d.b, d.c, d.h, d.q, d.q]);
+    let m = empty_as(cb, [d.b, d.c, d.h, d.q, d.q], d.e);
     let times_dt = dt.is_some();
     let dt = dt.cloned().unwrap_or_else(|| unused(cb));
-    launch!(decay_scores, d.b * d.c * d.h * d.q; cb, da, dt, m; d.sizes(), times_dt);
+    launch!(
+        decay_scores, d.b * d.c * d.h * d.q;
+        cb, da, dt, m;
+        d.sizes(), times_dt, types(d.e),
+    );
     m
 }
 
 /// Step 7: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
-/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]).
+/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, and of the
+/// operand type.
 pub(super) fn pass_states<R: CubeRuntime>(
     initial: Option<CubeTensor<R>>,
     cs: &CubeTensor<R>,
     chunk_states: CubeTensor<R>,
     d: Dims,
-) -> CubeTensor<R> {
+) -> (CubeTensor<R>, CubeTensor<R>) {
     let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
+    let states_e = empty_as(cs, [d.b, d.c + 1, d.h, d.p, d.n], d.e);
     let has_initial = initial.is_some();
     let initial = initial.unwrap_or_else(|| unused(cs));
     launch!(
         pass_states, d.b * d.h * d.p * d.n;
-        initial, cs, chunk_states, states;
-        d.sizes(), has_initial,
+        initial, cs, chunk_states, states, states_e;
+        d.sizes(), has_initial, types(d.e),
     );
-    states
+    (states, states_e)
 }
 
 /// The states entering each chunk, per group: `[b, c, g, r·p, n]`, a view of `states`
@@ -195,7 +243,8 @@ where
 }
 
 /// What the backward recomputes of the forward: the decays, the chunk layouts of `x`, `B` and
-/// `C`, the scores `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]`.
+/// `C`, the scores `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]` (in `f32`, and
+/// of the operand type).
 pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) decays: Decays<R>,
     /// `x` per head `[b, c, h, q, p]`
@@ -207,13 +256,11 @@ pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) cc: CubeTensor<R>,
     pub(super) cb: CubeTensor<R>,
     pub(super) states: CubeTensor<R>,
+    pub(super) states_e: CubeTensor<R>,
 }
 
 /// Steps 1 to 3, 6 and 7.
-pub(super) fn recompute<R, F, I, BT>(
-    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
-    d: Dims,
-) -> Recomputed<R>
+pub(super) fn recompute<R, F, I, BT>(f: &Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Recomputed<R>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -226,14 +273,10 @@ where
     let (xc, xw) = layouts(&primitive(f.x.clone()), Some(&dt), &decays.to_end, false, d);
     let (bc, cc) = chunk_bc(f, d);
     // step 3: C·Bᵀ once per group
-    let cb = primitive(tensor(cc.clone()).matmul(tensor(bc.clone()).swap_dims(3, 4)));
+    let cb = product(tensor(cc.clone()), tensor(bc.clone()).swap_dims(3, 4));
     // step 6: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
-    let chunk_states = primitive(
-        tensor(xw.clone())
-            .swap_dims(3, 4)
-            .matmul(tensor(bc.clone())),
-    );
-    let states = pass_states(
+    let chunk_states = product(tensor(xw.clone()).swap_dims(3, 4), tensor(bc.clone()));
+    let (states, states_e) = pass_states(
         f.initial.clone().map(primitive),
         &decays.cs,
         chunk_states,
@@ -247,6 +290,7 @@ where
         cc,
         cb,
         states,
+        states_e,
     }
 }
 
@@ -259,14 +303,14 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let entering = entering::<R, F, I, BT>(&s.states, d);
-    primitive(rank5::<R, F, I, BT>(s.cc.clone()).matmul(entering.swap_dims(3, 4)))
+    let entering = entering::<R, F, I, BT>(&s.states_e, d);
+    product(rank5::<R, F, I, BT>(s.cc.clone()), entering.swap_dims(3, 4))
 }
 
-/// The chunked SSD's forward: `y` `[b, l, h, p]` and the states entering each chunk and after
-/// the last, `[b, c+1, h, p, n]` (slot `c` the final state), in `f32`.
+/// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the states entering
+/// each chunk and after the last, `[b, c+1, h, p, n]` (slot `c` the final state), in `f32`.
 pub(super) fn forward<R, F, I, BT>(
-    f: &F32Inputs<CubeBackend<R, F, I, BT>>,
+    f: &Inputs<CubeBackend<R, F, I, BT>>,
 ) -> (CubeTensor<R>, CubeTensor<R>)
 where
     R: CubeRuntime,
@@ -279,12 +323,16 @@ where
     let dt = primitive(f.dt.clone());
     // steps 4 and 5: the intra-chunk output, [b, c, h, q, p]
     let m = scores(&s.cb, &s.decays.da, Some(&dt), d);
-    let y_diag = primitive(rank5::<R, F, I, BT>(m).matmul(rank5(s.xc.clone())));
+    let y_diag = product(rank5::<R, F, I, BT>(m), rank5(s.xc.clone()));
     let y_off = from_entering::<R, F, I, BT>(&s, d);
 
     // step 9: y in the input's layout
-    let y = empty(&y_diag, [d.b, d.l, d.h, d.p]);
+    let y = empty_as(&y_diag, [d.b, d.l, d.h, d.p], d.e);
     let cs = &s.decays.cs;
-    launch!(combine_output, d.b * d.l * d.h * d.p; y_diag, y_off, cs, y; d.sizes());
+    launch!(
+        combine_output, d.b * d.l * d.h * d.p;
+        y_diag, y_off, cs, y;
+        d.sizes(), types(d.e),
+    );
     (y, s.states)
 }

@@ -1,5 +1,5 @@
-//! The scan's inputs as its kernels read them: in `f32`, contiguous, and the layouts derived
-//! from them.
+//! The scan's inputs as its kernels read them: contiguous, the products' operands (`x`, `B`,
+//! `C`) in the model's type, the rest in `f32`.
 
 use burn::tensor::{DType, Tensor, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
@@ -32,8 +32,9 @@ impl InputTypes {
     }
 }
 
-/// The inputs in `f32`, contiguous, as the kernels read them.
-pub(super) struct F32Inputs<B: burn::tensor::backend::Backend> {
+/// The inputs as the kernels read them, contiguous: `x`, `B` and `C` in the operand type of the
+/// products, `dt`, `A`, the initial state and the starts in `f32`.
+pub(super) struct Inputs<B: burn::tensor::backend::Backend> {
     pub(super) x: Tensor<B, 4>,
     pub(super) dt: Tensor<B, 3>,
     pub(super) a: Tensor<B, 1>,
@@ -42,9 +43,11 @@ pub(super) struct F32Inputs<B: burn::tensor::backend::Backend> {
     pub(super) initial: Option<Tensor<B, 4>>,
     pub(super) starts: Option<Tensor<B, 2>>,
     pub(super) chunk_size: usize,
+    /// The products' operand type: `x`'s where it is `f16` or `bf16`, `f32` otherwise.
+    pub(super) operand: DType,
 }
 
-impl<R, F, I, BT> F32Inputs<CubeBackend<R, F, I, BT>>
+impl<R, F, I, BT> Inputs<CubeBackend<R, F, I, BT>>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -52,22 +55,36 @@ where
     BT: BoolElement,
 {
     pub(super) fn new(inputs: SsdPrimitives<CubeBackend<R, F, I, BT>>) -> Self {
+        let operand = operand_type(inputs.x.dtype());
         Self {
-            x: contiguous_f32(float(inputs.x)),
-            dt: contiguous_f32(float(inputs.dt)),
-            a: contiguous_f32(float(inputs.a)),
-            b_mat: contiguous_f32(float(inputs.b_mat)),
-            c_mat: contiguous_f32(float(inputs.c_mat)),
-            initial: inputs.initial_state.map(|t| contiguous_f32(float(t))),
-            starts: inputs.starts.map(|t| contiguous_f32(float(t))),
+            x: contiguous_as(float(inputs.x), operand),
+            dt: contiguous_as(float(inputs.dt), DType::F32),
+            a: contiguous_as(float(inputs.a), DType::F32),
+            b_mat: contiguous_as(float(inputs.b_mat), operand),
+            c_mat: contiguous_as(float(inputs.c_mat), operand),
+            initial: inputs
+                .initial_state
+                .map(|t| contiguous_as(float(t), DType::F32)),
+            starts: inputs.starts.map(|t| contiguous_as(float(t), DType::F32)),
             chunk_size: inputs.chunk_size,
+            operand,
         }
     }
 }
 
-/// `t` in `f32` with a contiguous layout.
-pub(super) fn contiguous_f32<R, F, I, BT, const D: usize>(
+/// The products' operand type for inputs of type `dtype`: half precision stays half (tensor
+/// cores take it, and it halves the bytes of every layout), anything else is `f32`.
+pub(super) fn operand_type(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => dtype,
+        _ => DType::F32,
+    }
+}
+
+/// `t` in `dtype` with a contiguous layout.
+pub(super) fn contiguous_as<R, F, I, BT, const D: usize>(
     t: Tensor<CubeBackend<R, F, I, BT>, D>,
+    dtype: DType,
 ) -> Tensor<CubeBackend<R, F, I, BT>, D>
 where
     R: CubeRuntime,
@@ -75,7 +92,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    float(contiguous(cast_to(t, DType::F32)))
+    float(contiguous(cast_to(t, dtype)))
 }
 
 /// A tensor's primitive with a contiguous layout (a copy only where it is a view).

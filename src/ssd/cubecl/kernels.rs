@@ -1,6 +1,9 @@
-//! The CubeCL kernels of the fused chunked scan ([`super::forward`], [`super::backward`]), in
-//! `f32`, on contiguous tensors: what no matrix product does (the decays, the decay-weighted
-//! scores, the recurrences over chunks, the layouts).
+//! The CubeCL kernels of the fused chunked scan ([`super::forward`], [`super::backward`]), on
+//! contiguous tensors: what no matrix product does (the decays, the decay-weighted scores, the
+//! recurrences over chunks, the layouts). `F` is `f32`, the type of every decay, state, sum and
+//! product output; `E` the products' operand type (the model's: `f32`, `f16` or `bf16`), the
+//! type of the operands' layouts and of the outputs in the inputs' type. Each kernel computes
+//! in `F` and rounds to `E` only when it writes an `E` tensor.
 //!
 //! Dimension letters as in [`crate::ssd`]: `b` batch, `l` length, `h` heads (`r` per group),
 //! `p` the input's head dimension, `g` groups, `n` the state dimension, `q` chunk length, `c`
@@ -88,16 +91,16 @@ pub(super) fn decays<F: Float>(
 /// `[b, c, q, h, p]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_layouts<F: Float>(
-    v: &Tensor<F>,      // [b, l, h, p]
+pub(super) fn chunk_layouts<F: Float, E: Float>(
+    v: &Tensor<E>,      // [b, l, h, p]
     dt: &Tensor<F>,     // [b, l, h] (read when times_dt)
     decay: &Tensor<F>,  // [b, h, c·q]
-    vc: &mut Tensor<F>, // [b, c, h, q, p]
-    vw: &mut Tensor<F>, // [b, c, g, q, r·p]
+    vc: &mut Tensor<E>, // [b, c, h, q, p]
+    vw: &mut Tensor<E>, // [b, c, g, q, r·p]
     z: Sizes,
     #[comptime] times_dt: bool,
     #[comptime] exp_decay: bool,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
@@ -118,7 +121,7 @@ pub(super) fn chunk_layouts<F: Float>(
     let mut value = F::new(0.0);
     let mut scaled = F::new(0.0);
     if t < len {
-        value = v[((b * len + t) * heads + h) * dim_p + pp];
+        value = F::cast_from(v[((b * len + t) * heads + h) * dim_p + pp]);
         let mut scale = decay[(b * heads + h) * chunks * q + t];
         if exp_decay {
             scale = scale.exp();
@@ -128,23 +131,24 @@ pub(super) fn chunk_layouts<F: Float>(
         }
         scaled = value * scale;
     }
-    vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = value;
+    vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = E::cast_from(value);
     let r = heads / groups;
     let g = h / r;
-    vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] = scaled;
+    vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] =
+        E::cast_from(scaled);
 }
 
 /// `B` and `C` in the chunk layout `[b, c, g, q, n]`, zero-padded to `c·q` positions. One
 /// thread per element of `[b, c, q, g, n]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_bc<F: Float>(
-    b_mat: &Tensor<F>,  // [b, l, g, n]
-    c_mat: &Tensor<F>,  // [b, l, g, n]
-    bc: &mut Tensor<F>, // [b, c, g, q, n]
-    cc: &mut Tensor<F>, // [b, c, g, q, n]
+pub(super) fn chunk_bc<E: Float>(
+    b_mat: &Tensor<E>,  // [b, l, g, n]
+    c_mat: &Tensor<E>,  // [b, l, g, n]
+    bc: &mut Tensor<E>, // [b, c, g, q, n]
+    cc: &mut Tensor<E>, // [b, c, g, q, n]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(E)] _dtype: StorageType,
 ) {
     let len = z.len;
     let groups = z.groups;
@@ -167,8 +171,8 @@ pub(super) fn chunk_bc<F: Float>(
         bc[dst] = b_mat[src];
         cc[dst] = c_mat[src];
     } else {
-        bc[dst] = F::new(0.0);
-        cc[dst] = F::new(0.0);
+        bc[dst] = E::new(0.0);
+        cc[dst] = E::new(0.0);
     }
 }
 
@@ -179,14 +183,14 @@ pub(super) fn chunk_bc<F: Float>(
 /// one term per row (from its own terms), and a row's threads write adjacent elements.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn decay_scores<F: Float>(
+pub(super) fn decay_scores<F: Float, E: Float>(
     cb: &Tensor<F>,    // [b, c, g, q, q]
     da: &Tensor<F>,    // [b, h, c·q]
     dt: &Tensor<F>,    // [b, l, h] (read when times_dt)
-    m: &mut Tensor<F>, // [b, c, h, q, q]
+    m: &mut Tensor<E>, // [b, c, h, q, q]
     z: Sizes,
     #[comptime] times_dt: bool,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
@@ -214,31 +218,33 @@ pub(super) fn decay_scores<F: Float>(
     let m_block = ((b * chunks + j) * heads + h) * q * q;
     let row = (b * heads + h) * chunks * q + j * q;
     for i in 0..s {
-        m[m_block + i * q + s] = F::new(0.0);
+        m[m_block + i * q + s] = E::new(0.0);
     }
-    m[m_block + s * q + s] = cb[cb_block + s * q + s] * step;
+    m[m_block + s * q + s] = E::cast_from(cb[cb_block + s * q + s] * step);
     let mut seg = F::new(0.0);
     for k in 0..q - 1 - s {
         let i = s + 1 + k;
         seg += da[row + i];
-        m[m_block + i * q + s] = cb[cb_block + i * q + s] * seg.exp() * step;
+        m[m_block + i * q + s] = E::cast_from(cb[cb_block + i * q + s] * seg.exp() * step);
     }
 }
 
 /// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]' `vw` with `B`):
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
-/// thread per `(b, h, p, n)`, looping over the chunks.
+/// thread per `(b, h, p, n)`, looping over the chunks. The states also in `E`, `states_e`, the
+/// operand of the products.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pass_states<F: Float>(
-    initial: &Tensor<F>,    // [b, h, p, n] (read when has_initial)
-    cs: &Tensor<F>,         // [b, h, c·q]
-    chunk: &Tensor<F>,      // [b, c, h, p, n]
-    states: &mut Tensor<F>, // [b, c+1, h, p, n]
+pub(super) fn pass_states<F: Float, E: Float>(
+    initial: &Tensor<F>,      // [b, h, p, n] (read when has_initial)
+    cs: &Tensor<F>,           // [b, h, c·q]
+    chunk: &Tensor<F>,        // [b, c, h, p, n]
+    states: &mut Tensor<F>,   // [b, c+1, h, p, n]
+    states_e: &mut Tensor<E>, // [b, c+1, h, p, n]
     z: Sizes,
     #[comptime] has_initial: bool,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let heads = z.heads;
     let per_head = z.dim_p * z.dim_n;
@@ -256,11 +262,15 @@ pub(super) fn pass_states<F: Float>(
         s = initial[id];
     }
     let row = (b * heads + h) * chunks * q;
-    states[((b * (chunks + 1)) * heads + h) * per_head + e] = s;
+    let first = ((b * (chunks + 1)) * heads + h) * per_head + e;
+    states[first] = s;
+    states_e[first] = E::cast_from(s);
     for j in 0..chunks {
         let from = ((b * chunks + j) * heads + h) * per_head + e;
         s = cs[row + j * q + q - 1].exp() * s + chunk[from];
-        states[((b * (chunks + 1) + j + 1) * heads + h) * per_head + e] = s;
+        let to = ((b * (chunks + 1) + j + 1) * heads + h) * per_head + e;
+        states[to] = s;
+        states_e[to] = E::cast_from(s);
     }
 }
 
@@ -269,13 +279,13 @@ pub(super) fn pass_states<F: Float>(
 /// `y_off = C_t · S[j]` `[b, c, g, q, r·p]`. One thread per element of `y` `[b, l, h, p]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn combine_output<F: Float>(
+pub(super) fn combine_output<F: Float, E: Float>(
     y_diag: &Tensor<F>, // [b, c, h, q, p]
     y_off: &Tensor<F>,  // [b, c, g, q, r·p]
     cs: &Tensor<F>,     // [b, h, c·q]
-    y: &mut Tensor<F>,  // [b, l, h, p]
+    y: &mut Tensor<E>,  // [b, l, h, p]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
@@ -297,23 +307,24 @@ pub(super) fn combine_output<F: Float>(
     let g = h / r;
     let diag = y_diag[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp];
     let off = y_off[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp];
-    y[id] = diag + cs[(b * heads + h) * chunks * q + t].exp() * off;
+    y[id] = E::cast_from(diag + cs[(b * heads + h) * chunks * q + t].exp() * off);
 }
 
 /// The adjoint of the inter-chunk recurrence: `G[c] = dS_final`, `G[j] = D[j] + exp(Σ_chunk
 /// dA) · G[j+1]` into `adjoints` `[b, c+1, h, p, n]` (slot `j` the gradient of the state
 /// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
 /// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
-/// chunks backwards.
+/// chunks backwards. The adjoints also in `E`, `adjoints_e`, the operand of the products.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pass_adjoints<F: Float>(
-    grad_final: &Tensor<F>,   // [b, h, p, n]
-    cs: &Tensor<F>,           // [b, h, c·q]
-    direct: &Tensor<F>,       // [b, c, h, p, n]
-    adjoints: &mut Tensor<F>, // [b, c+1, h, p, n]
+pub(super) fn pass_adjoints<F: Float, E: Float>(
+    grad_final: &Tensor<F>,     // [b, h, p, n]
+    cs: &Tensor<F>,             // [b, h, c·q]
+    direct: &Tensor<F>,         // [b, c, h, p, n]
+    adjoints: &mut Tensor<F>,   // [b, c+1, h, p, n]
+    adjoints_e: &mut Tensor<E>, // [b, c+1, h, p, n]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let heads = z.heads;
     let per_head = z.dim_p * z.dim_n;
@@ -328,12 +339,16 @@ pub(super) fn pass_adjoints<F: Float>(
     let b = id / (per_head * heads);
     let row = (b * heads + h) * chunks * q;
     let mut g = grad_final[id];
-    adjoints[((b * (chunks + 1) + chunks) * heads + h) * per_head + e] = g;
+    let last = ((b * (chunks + 1) + chunks) * heads + h) * per_head + e;
+    adjoints[last] = g;
+    adjoints_e[last] = E::cast_from(g);
     for k in 0..chunks {
         let j = chunks - 1 - k;
         g = direct[((b * chunks + j) * heads + h) * per_head + e]
             + cs[row + j * q + q - 1].exp() * g;
-        adjoints[((b * (chunks + 1) + j) * heads + h) * per_head + e] = g;
+        let to = ((b * (chunks + 1) + j) * heads + h) * per_head + e;
+        adjoints[to] = g;
+        adjoints_e[to] = E::cast_from(g);
     }
 }
 
@@ -404,21 +419,21 @@ pub(super) fn pair_sums<F: Float>(
 /// weight) and `xdx_t = x_t · dx̃_t` (`dt`'s gradient through `x̃`). One thread per `(b, t, h)`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn position_grads<F: Float>(
-    x: &Tensor<F>,          // [b, l, h, p]
+pub(super) fn position_grads<F: Float, E: Float>(
+    x: &Tensor<E>,          // [b, l, h, p]
     dt: &Tensor<F>,         // [b, l, h]
-    grad_y: &Tensor<F>,     // [b, l, h, p]
+    grad_y: &Tensor<E>,     // [b, l, h, p]
     y_off: &Tensor<F>,      // [b, c, g, q, r·p]: C · S_inᵀ, without exp(cs)
     cs: &Tensor<F>,         // [b, h, c·q]
     to_end: &Tensor<F>,     // [b, h, c·q]
     dx_diag: &Tensor<F>,    // [b, c, h, q, p]: Mᵀ · dy
     gb: &Tensor<F>,         // [b, c, g, q, r·p]: B · Gᵀ
-    grad_x: &mut Tensor<F>, // [b, l, h, p]
+    grad_x: &mut Tensor<E>, // [b, l, h, p]
     u: &mut Tensor<F>,      // [b, h, c·q]
     w: &mut Tensor<F>,      // [b, h, c·q]
     xdx: &mut Tensor<F>,    // [b, h, c·q]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
@@ -448,11 +463,11 @@ pub(super) fn position_grads<F: Float>(
     let mut sum_w = F::new(0.0);
     let mut sum_x = F::new(0.0);
     for pp in 0..dim_p {
-        let xv = x[base + pp];
+        let xv = F::cast_from(x[base + pp]);
         let gbv = gb[group + pp];
         let dxt = dx_diag[diag + pp] + decay_end * gbv;
-        grad_x[base + pp] = step * dxt;
-        sum_u += grad_y[base + pp] * y_off[group + pp];
+        grad_x[base + pp] = E::cast_from(step * dxt);
+        sum_u += F::cast_from(grad_y[base + pp]) * y_off[group + pp];
         sum_w += xv * gbv;
         sum_x += xv * dxt;
     }
@@ -526,15 +541,15 @@ pub(super) fn decay_scans<F: Float>(
 /// two parts each `[b, c, g, q, n]`. One thread per element of `[b, l, g, n]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn unchunk_bc<F: Float>(
+pub(super) fn unchunk_bc<F: Float, E: Float>(
     grad_b1: &Tensor<F>,    // [b, c, g, q, n]
     grad_b2: &Tensor<F>,    // [b, c, g, q, n]
     grad_c1: &Tensor<F>,    // [b, c, g, q, n]
     grad_c2: &Tensor<F>,    // [b, c, g, q, n]
-    grad_b: &mut Tensor<F>, // [b, l, g, n]
-    grad_c: &mut Tensor<F>, // [b, l, g, n]
+    grad_b: &mut Tensor<E>, // [b, l, g, n]
+    grad_c: &mut Tensor<E>, // [b, l, g, n]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let groups = z.groups;
@@ -552,6 +567,6 @@ pub(super) fn unchunk_bc<F: Float>(
     let j = t / q;
     let i = t % q;
     let src = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
-    grad_b[id] = grad_b1[src] + grad_b2[src];
-    grad_c[id] = grad_c1[src] + grad_c2[src];
+    grad_b[id] = E::cast_from(grad_b1[src] + grad_b2[src]);
+    grad_c[id] = E::cast_from(grad_c1[src] + grad_c2[src]);
 }

@@ -1,5 +1,5 @@
-//! What every launch of the fused scan shares: buffers in `f32`, the launch grid and the
-//! address type.
+//! What every launch of the fused scan shares: buffers, the launch grid, the address type and
+//! the element types.
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -21,6 +21,31 @@ pub(super) fn empty<R: CubeRuntime>(
         shape.into(),
         DType::F32,
     )
+}
+
+/// An uninitialised contiguous tensor of `dtype` on `like`'s device.
+pub(super) fn empty_as<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: impl Into<Shape>,
+    dtype: DType,
+) -> CubeTensor<R> {
+    empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        shape.into(),
+        dtype,
+    )
+}
+
+/// The element type of a kernel that computes in `f32` only.
+pub(super) fn f32_type() -> StorageType {
+    DType::F32.into()
+}
+
+/// The element types of a kernel that computes in `f32` and reads or writes operands of type
+/// `e` (its `#[define(F, E)]`).
+pub(super) fn types(e: DType) -> [StorageType; 2] {
+    [DType::F32.into(), e.into()]
 }
 
 /// A one-element placeholder for an argument a kernel does not read.
@@ -49,8 +74,8 @@ pub(super) fn address_type<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> Addres
 }
 
 /// Launches the kernel `kernels::$kernel` with one thread per element of `$threads`: its
-/// tensor arguments (local variables, in the kernel's order), then its other arguments but the
-/// element type, `f32`.
+/// tensor arguments (local variables, in the kernel's order), then its other arguments, the
+/// element types last ([`f32_type`], [`types`]).
 /// The address type covers every tensor of the launch ([`address_type`]).
 macro_rules! launch {
     ($kernel:ident, $threads:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
@@ -69,7 +94,6 @@ macro_rules! launch {
                 address,
                 $($tensor.clone().into_tensor_arg(),)+
                 $($arg,)*
-                burn::tensor::DType::F32.into(),
             );
         }
     }};

@@ -22,7 +22,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use crate::precision::cast_to;
 use crate::ssd::backend::{float, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
-use inputs::{contiguous_f32, F32Inputs, InputTypes};
+use inputs::{contiguous_as, InputTypes, Inputs};
 
 /// The longest chunk the fused scan takes (the longest it is tested with, and the reference
 /// kernels' default); longer chunks run the tensor operations.
@@ -40,7 +40,7 @@ where
             return tensor_ops(inputs);
         }
         let out_dtype = inputs.x.dtype();
-        let f = F32Inputs::<Self>::new(inputs);
+        let f = Inputs::<Self>::new(inputs);
         let [b, _, h, p] = f.x.dims();
         let n = f.b_mat.dims()[3];
         let (y, states) = forward::forward(&f);
@@ -64,9 +64,9 @@ where
         grad_state: FloatTensor<Self>,
     ) -> SsdGrads<Self> {
         let dtypes = InputTypes::of(&inputs);
-        let f = F32Inputs::<Self>::new(inputs);
-        let grad_y = contiguous_f32(float::<Self, 4>(grad_y));
-        let grad_state = contiguous_f32(float::<Self, 4>(grad_state));
+        let f = Inputs::<Self>::new(inputs);
+        let grad_y = contiguous_as(float::<Self, 4>(grad_y), f.operand);
+        let grad_state = contiguous_as(float::<Self, 4>(grad_state), DType::F32);
         let g = backward::backward(&f, grad_y, grad_state);
         SsdGrads {
             x: primitive(cast_to(g.x, dtypes.x)),
