@@ -48,6 +48,9 @@ run)
         echo "== the fused SSD kernels against the tensor operations on Cuda"
         time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --ignored --nocapture \
             || echo "FAILED: fused kernels"
+        echo "== the fused scan past 2^32 elements (64-bit indices; about 80 GB)"
+        time "$BIN/mamba2_burn" indices_past_u32_read_the_right_elements_on_cuda --ignored \
+            --nocapture || echo "FAILED: indices past 2^32"
         echo "== reference cases on Cuda"
         time "$BIN/suite" reference::cuda --ignored --nocapture || echo "FAILED: reference"
         echo "== path tests on Cuda"
@@ -62,6 +65,12 @@ run)
         echo "== the same shape, backbone only"
         "$BIN/bench" --device cuda --preset 130m --vocab 0 --mode train,forward --iters 5 \
             || echo "FAILED: bench"
+        echo "== one 130m layer's SSD (batch 8): the cost model's estimate, then measured"
+        for dtype in f32 bf16; do
+            "$BIN/bench" --device cuda --preset 130m --batch 8 --dtype "$dtype" \
+                --mode ssd-cost,ssd --iters 3 | grep -E '"summary"|"mode":"ssd"' \
+                || echo "FAILED: bench ssd $dtype"
+        done
         echo "== mamba2-130m bench on Cuda in bf16 (the SSD's decays and states in f32)"
         "$BIN/bench" --device cuda --preset 130m --dtype bf16 --mode train,forward --iters 5 \
             || echo "FAILED: bench"

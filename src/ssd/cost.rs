@@ -51,7 +51,7 @@ pub struct ScanShape {
     pub n: usize,
     /// Chunk length.
     pub q: usize,
-    /// Whether the scan starts from a given state (its gradient is one more copy).
+    /// Whether the scan starts from a given state.
     pub initial_state: bool,
     /// Whether rows hold several documents (the decays read their starts).
     pub documents: bool,
@@ -312,21 +312,13 @@ impl Plan {
             2 * q,
             false,
         );
+        // the layouts of x (per head; x·dt·to_end per group), B and C, in one launch
         self.kernel(
-            "chunk_layouts(x)",
-            b * big_l * h * p,
+            "chunk_layouts(x, B, C)",
+            (b * big_l * h * p).max(b * big_l * g * n),
             2 * b * big_l * h * p,
-            self.e(b * l * h * p) + self.f(b * l * h + b * h * big_l),
-            self.e(2 * b * big_l * h * p),
-            1,
-            false,
-        );
-        self.kernel(
-            "chunk_bc",
-            b * big_l * g * n,
-            0,
-            self.e(2 * b * l * g * n),
-            self.e(2 * b * big_l * g * n),
+            self.e(b * l * h * p + 2 * b * l * g * n) + self.f(b * l * h + b * h * big_l),
+            self.e(2 * b * big_l * h * p + 2 * b * big_l * g * n),
             1,
             false,
         );
@@ -338,12 +330,13 @@ impl Plan {
             0
         };
         let states = b * (c + 1) * h * p * n;
+        // the states in f32 and of the operand type, and the final state alone
         self.kernel(
             "pass_states",
             b * h * p * n,
             3 * b * c * h * p * n,
             self.f(b * c * h * p * n + b * h * c + initial),
-            self.f(states) + self.e(states),
+            self.f(states + b * h * p * n) + self.e(states),
             c,
             false,
         );
@@ -392,9 +385,6 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         1,
         false,
     );
-    // the final state, a narrowed slot of the states, made contiguous
-    let state = b * h * p * n;
-    plan.elementwise("final state copy", state, plan.f(state), plan.f(state));
     plan.launches
 }
 
@@ -432,7 +422,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         b * h * p * n,
         3 * b * c * h * p * n,
         plan.f(b * c * h * p * n + b * h * p * n + b * h * c),
-        plan.f(states) + plan.e(states),
+        plan.f(states + b * h * p * n) + plan.e(states),
         c,
         false,
     );
@@ -489,21 +479,12 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "decay_scans",
         b * h * c,
         6 * b * h * big_l,
-        plan.f(h + 4 * b * h * big_l + b * c * h * q + b * c * h),
-        plan.f(2 * b * l * h),
+        plan.f(h + 4 * b * h * big_l + b * c * h * q + b * c * h + b * l * h),
+        plan.f(2 * b * l * h + b * c * h),
         2 * q,
         false,
     );
-    let steps = b * l * h;
-    let (read, written) = (plan.f(2 * steps), plan.f(steps));
-    plan.elementwise("dA·dt", steps, read, written);
-    plan.reduction("dA sum over batch", b * l * h, l * h);
-    plan.reduction("dA sum over length", l * h, h);
-    if s.initial_state {
-        let state = b * h * p * n;
-        let (read, written) = (plan.f(state), plan.f(state));
-        plan.elementwise("initial state gradient copy", state, read, written);
-    }
+    plan.reduction("A: sum of the chunks' parts", b * c * h, h);
     plan.launches
 }
 

@@ -71,11 +71,12 @@ where
     let direct = product(tensor(dye.clone()).swap_dims(3, 4), tensor(s.cc.clone()));
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
     let adjoints_e = empty_as(&x, [b, c + 1, h, p, n], d.e);
+    let first = empty(&x, [b, h, p, n]);
     let grad_state = primitive(grad_state);
     let cs = s.decays.cs.clone();
     launch!(
         pass_adjoints, b * h * p * n;
-        grad_state, cs, direct, adjoints, adjoints_e;
+        grad_state, cs, direct, adjoints, adjoints_e, first;
         d.sizes(), types(d.e),
     );
     // G[j+1] per group, [b, c, g, r·p, n] (views), in f32 and of the operand type
@@ -141,21 +142,19 @@ where
     // the log-decays, dt and A
     let grad_da = empty(&x, [b, l, h]);
     let grad_dt = empty(&x, [b, l, h]);
+    let grad_a = empty(&x, [b, c, h]);
     let a = primitive(f.a.clone());
     launch!(
         decay_scans, b * h * c;
-        a, cs, u, w, xdx, pairs, outside, grad_da, grad_dt;
+        a, dt, cs, u, w, xdx, pairs, outside, grad_da, grad_dt, grad_a;
         d.sizes(), f32_type(),
     );
-    let grad_a = (float::<CubeBackend<R, F, I, BT>, 3>(grad_da) * f.dt.clone())
+    // A's gradient, Σ over rows and chunks of each chunk's part
+    let grad_a = float::<CubeBackend<R, F, I, BT>, 3>(grad_a)
+        .reshape([b * c, h])
         .sum_dim(0)
-        .sum_dim(1)
         .reshape([h]);
-    let grad_initial = f.initial.as_ref().map(|_| {
-        float::<CubeBackend<R, F, I, BT>, 5>(adjoints)
-            .narrow(1, 0, 1)
-            .reshape([b, h, p, n])
-    });
+    let grad_initial = f.initial.as_ref().map(|_| float(first));
     Grads {
         x: float(grad_x),
         dt: float(grad_dt),

@@ -6,7 +6,7 @@
 //! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end
 //!    ([`kernels::decays`]);
 //! 2. the chunk layouts: `x` per head, `x·dt·to_end` per group, `B` and `C`
-//!    ([`kernels::chunk_layouts`], [`kernels::chunk_bc`]);
+//!    ([`kernels::chunk_layouts`], one launch);
 //! 3. the scores `C·Bᵀ`, once per group (a product);
 //! 4. each head's intra-chunk matrix `M = (C·Bᵀ) ⊙ L ⊙ dt`, `L` the decay matrix
 //!    ([`kernels::decay_scores`]);
@@ -149,39 +149,48 @@ pub(super) fn layouts<R: CubeRuntime>(
     exp_decay: bool,
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
+    let (vc, vw, _) = chunk_layouts(v, dt, decay, exp_decay, None, d);
+    (vc, vw)
+}
+
+/// The chunk layouts of [`layouts`] and, with `b_and_c`, those of `B` and `C`, `[b, c, g, q, n]`
+/// each, in the same launch.
+#[allow(clippy::type_complexity)]
+fn chunk_layouts<R: CubeRuntime>(
+    v: &CubeTensor<R>,
+    dt: Option<&CubeTensor<R>>,
+    decay: &CubeTensor<R>,
+    exp_decay: bool,
+    b_and_c: Option<(CubeTensor<R>, CubeTensor<R>)>,
+    d: Dims,
+) -> (
+    CubeTensor<R>,
+    CubeTensor<R>,
+    Option<(CubeTensor<R>, CubeTensor<R>)>,
+) {
     let vc = empty_as(v, [d.b, d.c, d.h, d.q, d.p], d.e);
     let vw = empty_as(v, [d.b, d.c, d.g, d.q, d.r * d.p], d.e);
     let times_dt = dt.is_some();
     let dt = dt.cloned().unwrap_or_else(|| unused(v));
+    let with_bc = b_and_c.is_some();
+    let (b_mat, c_mat, bc, cc) = match b_and_c {
+        Some((b_mat, c_mat)) => {
+            let bc = empty_as(v, [d.b, d.c, d.g, d.q, d.n], d.e);
+            let cc = empty_as(v, [d.b, d.c, d.g, d.q, d.n], d.e);
+            (b_mat, c_mat, bc, cc)
+        }
+        None => (unused(v), unused(v), unused(v), unused(v)),
+    };
+    let mut threads = d.b * d.c * d.q * d.h * d.p;
+    if with_bc {
+        threads = threads.max(d.b * d.c * d.q * d.g * d.n);
+    }
     launch!(
-        chunk_layouts, d.b * d.c * d.q * d.h * d.p;
-        v, dt, decay, vc, vw;
-        d.sizes(), times_dt, exp_decay, types(d.e),
+        chunk_layouts, threads;
+        v, dt, decay, b_mat, c_mat, vc, vw, bc, cc;
+        d.sizes(), times_dt, exp_decay, with_bc, types(d.e),
     );
-    (vc, vw)
-}
-
-/// Step 2 for `B` and `C`: `[b, c, g, q, n]` each, of the operand type
-/// ([`kernels::chunk_bc`]).
-pub(super) fn chunk_bc<R, F, I, BT>(
-    f: &Inputs<CubeBackend<R, F, I, BT>>,
-    d: Dims,
-) -> (CubeTensor<R>, CubeTensor<R>)
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
-    let bc = empty_as(&b_mat, [d.b, d.c, d.g, d.q, d.n], d.e);
-    let cc = empty_as(&b_mat, [d.b, d.c, d.g, d.q, d.n], d.e);
-    launch!(
-        chunk_bc, d.b * d.c * d.q * d.g * d.n;
-        b_mat, c_mat, bc, cc;
-        d.sizes(), d.e.into(),
-    );
-    (bc, cc)
+    (vc, vw, with_bc.then_some((bc, cc)))
 }
 
 /// Step 4: each head's intra-chunk matrix `[b, c, h, q, q]`, of the operand type, from the
@@ -205,24 +214,25 @@ pub(super) fn scores<R: CubeRuntime>(
 }
 
 /// Step 7: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
-/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, and of the
-/// operand type.
+/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, of the
+/// operand type, and the final state alone `[b, h, p, n]`.
 pub(super) fn pass_states<R: CubeRuntime>(
     initial: Option<CubeTensor<R>>,
     cs: &CubeTensor<R>,
     chunk_states: CubeTensor<R>,
     d: Dims,
-) -> (CubeTensor<R>, CubeTensor<R>) {
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
     let states_e = empty_as(cs, [d.b, d.c + 1, d.h, d.p, d.n], d.e);
+    let last = empty(cs, [d.b, d.h, d.p, d.n]);
     let has_initial = initial.is_some();
     let initial = initial.unwrap_or_else(|| unused(cs));
     launch!(
         pass_states, d.b * d.h * d.p * d.n;
-        initial, cs, chunk_states, states, states_e;
+        initial, cs, chunk_states, states, states_e, last;
         d.sizes(), has_initial, types(d.e),
     );
-    (states, states_e)
+    (states, states_e, last)
 }
 
 /// The states entering each chunk, per group: `[b, c, g, r·p, n]`, a view of `states`
@@ -257,6 +267,8 @@ pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) cb: CubeTensor<R>,
     pub(super) states: CubeTensor<R>,
     pub(super) states_e: CubeTensor<R>,
+    /// the final state `[b, h, p, n]`
+    pub(super) last: CubeTensor<R>,
 }
 
 /// Steps 1 to 3, 6 and 7.
@@ -270,13 +282,15 @@ where
     let tensor = rank5::<R, F, I, BT>;
     let decays = decays(f, d);
     let dt = primitive(f.dt.clone());
-    let (xc, xw) = layouts(&primitive(f.x.clone()), Some(&dt), &decays.to_end, false, d);
-    let (bc, cc) = chunk_bc(f, d);
+    let b_and_c = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
+    let x = primitive(f.x.clone());
+    let (xc, xw, bc) = chunk_layouts(&x, Some(&dt), &decays.to_end, false, Some(b_and_c), d);
+    let (bc, cc) = bc.expect("the layouts of B and C");
     // step 3: C·Bᵀ once per group
     let cb = product(tensor(cc.clone()), tensor(bc.clone()).swap_dims(3, 4));
     // step 6: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
     let chunk_states = product(tensor(xw.clone()).swap_dims(3, 4), tensor(bc.clone()));
-    let (states, states_e) = pass_states(
+    let (states, states_e, last) = pass_states(
         f.initial.clone().map(primitive),
         &decays.cs,
         chunk_states,
@@ -291,6 +305,7 @@ where
         cb,
         states,
         states_e,
+        last,
     }
 }
 
@@ -307,8 +322,8 @@ where
     product(rank5::<R, F, I, BT>(s.cc.clone()), entering.swap_dims(3, 4))
 }
 
-/// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the states entering
-/// each chunk and after the last, `[b, c+1, h, p, n]` (slot `c` the final state), in `f32`.
+/// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the final state
+/// `[b, h, p, n]` in `f32`.
 pub(super) fn forward<R, F, I, BT>(
     f: &Inputs<CubeBackend<R, F, I, BT>>,
 ) -> (CubeTensor<R>, CubeTensor<R>)
@@ -334,5 +349,5 @@ where
         y_diag, y_off, cs, y;
         d.sizes(), types(d.e),
     );
-    (y, s.states)
+    (y, s.last)
 }

@@ -87,92 +87,82 @@ pub(super) fn decays<F: Float>(
 /// `c·q` positions: per head `vc` `[b, c, h, q, p]`, and per group, scaled, `vw` `[b, c, g, q,
 /// r·p]` (the heads of a group side by side). The scale is `decay` (`exp(decay)` when
 /// `exp_decay`), times `dt` when `times_dt`: `x·dt·to_end` for the chunk states' operand of the
-/// forward, `dy·exp(cs)` for the entering states' gradients. One thread per element of
-/// `[b, c, q, h, p]`.
+/// forward, `dy·exp(cs)` for the entering states' gradients. With `with_bc`, also `B` and `C`
+/// in the chunk layout `[b, c, g, q, n]`. One thread per element of `[b, c, q, h, p]` (and of
+/// `[b, c, q, g, n]` with `with_bc`, the larger of the two counts).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
+// `with_bc` is known at compile time and the bound is not: the kernel macro takes them in two
+// `if`s, not as one condition
+#[allow(clippy::collapsible_if)]
 pub(super) fn chunk_layouts<F: Float, E: Float>(
     v: &Tensor<E>,      // [b, l, h, p]
     dt: &Tensor<F>,     // [b, l, h] (read when times_dt)
     decay: &Tensor<F>,  // [b, h, c·q]
+    b_mat: &Tensor<E>,  // [b, l, g, n] (read when with_bc)
+    c_mat: &Tensor<E>,  // [b, l, g, n] (read when with_bc)
     vc: &mut Tensor<E>, // [b, c, h, q, p]
     vw: &mut Tensor<E>, // [b, c, g, q, r·p]
+    bc: &mut Tensor<E>, // [b, c, g, q, n] (written when with_bc)
+    cc: &mut Tensor<E>, // [b, c, g, q, n] (written when with_bc)
     z: Sizes,
     #[comptime] times_dt: bool,
     #[comptime] exp_decay: bool,
+    #[comptime] with_bc: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
     let groups = z.groups;
     let dim_p = z.dim_p;
-    let chunks = z.chunks;
-    let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * chunks * q * heads * dim_p {
-        terminate!();
-    }
-    let pp = id % dim_p;
-    let h = (id / dim_p) % heads;
-    let i = (id / (dim_p * heads)) % q;
-    let j = (id / (dim_p * heads * q)) % chunks;
-    let b = id / (dim_p * heads * q * chunks);
-    let t = j * q + i;
-    let mut value = F::new(0.0);
-    let mut scaled = F::new(0.0);
-    if t < len {
-        value = F::cast_from(v[((b * len + t) * heads + h) * dim_p + pp]);
-        let mut scale = decay[(b * heads + h) * chunks * q + t];
-        if exp_decay {
-            scale = scale.exp();
-        }
-        if times_dt {
-            scale *= dt[(b * len + t) * heads + h];
-        }
-        scaled = value * scale;
-    }
-    vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = E::cast_from(value);
-    let r = heads / groups;
-    let g = h / r;
-    vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] =
-        E::cast_from(scaled);
-}
-
-/// `B` and `C` in the chunk layout `[b, c, g, q, n]`, zero-padded to `c·q` positions. One
-/// thread per element of `[b, c, q, g, n]`.
-#[cube(launch_unchecked, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_bc<E: Float>(
-    b_mat: &Tensor<E>,  // [b, l, g, n]
-    c_mat: &Tensor<E>,  // [b, l, g, n]
-    bc: &mut Tensor<E>, // [b, c, g, q, n]
-    cc: &mut Tensor<E>, // [b, c, g, q, n]
-    z: Sizes,
-    #[define(E)] _dtype: StorageType,
-) {
-    let len = z.len;
-    let groups = z.groups;
     let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= z.batch * chunks * q * groups * dim_n {
-        terminate!();
+    if id < z.batch * chunks * q * heads * dim_p {
+        let pp = id % dim_p;
+        let h = (id / dim_p) % heads;
+        let i = (id / (dim_p * heads)) % q;
+        let j = (id / (dim_p * heads * q)) % chunks;
+        let b = id / (dim_p * heads * q * chunks);
+        let t = j * q + i;
+        let mut value = F::new(0.0);
+        let mut scaled = F::new(0.0);
+        if t < len {
+            value = F::cast_from(v[((b * len + t) * heads + h) * dim_p + pp]);
+            let mut scale = decay[(b * heads + h) * chunks * q + t];
+            if exp_decay {
+                scale = scale.exp();
+            }
+            if times_dt {
+                scale *= dt[(b * len + t) * heads + h];
+            }
+            scaled = value * scale;
+        }
+        vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = E::cast_from(value);
+        let r = heads / groups;
+        let g = h / r;
+        vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] =
+            E::cast_from(scaled);
     }
-    let nn = id % dim_n;
-    let g = (id / dim_n) % groups;
-    let i = (id / (dim_n * groups)) % q;
-    let j = (id / (dim_n * groups * q)) % chunks;
-    let b = id / (dim_n * groups * q * chunks);
-    let t = j * q + i;
-    let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
-    if t < len {
-        let src = ((b * len + t) * groups + g) * dim_n + nn;
-        bc[dst] = b_mat[src];
-        cc[dst] = c_mat[src];
-    } else {
-        bc[dst] = E::new(0.0);
-        cc[dst] = E::new(0.0);
+    if with_bc {
+        if id < z.batch * chunks * q * groups * dim_n {
+            let nn = id % dim_n;
+            let g = (id / dim_n) % groups;
+            let i = (id / (dim_n * groups)) % q;
+            let j = (id / (dim_n * groups * q)) % chunks;
+            let b = id / (dim_n * groups * q * chunks);
+            let t = j * q + i;
+            let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
+            if t < len {
+                let src = ((b * len + t) * groups + g) * dim_n + nn;
+                bc[dst] = b_mat[src];
+                cc[dst] = c_mat[src];
+            } else {
+                bc[dst] = E::new(0.0);
+                cc[dst] = E::new(0.0);
+            }
+        }
     }
 }
 
@@ -233,7 +223,7 @@ pub(super) fn decay_scores<F: Float, E: Float>(
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
 /// thread per `(b, h, p, n)`, looping over the chunks. The states also in `E`, `states_e`, the
-/// operand of the products.
+/// operand of the products, and the final state alone, `last` (contiguous).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_states<F: Float, E: Float>(
@@ -242,6 +232,7 @@ pub(super) fn pass_states<F: Float, E: Float>(
     chunk: &Tensor<F>,        // [b, c, h, p, n]
     states: &mut Tensor<F>,   // [b, c+1, h, p, n]
     states_e: &mut Tensor<E>, // [b, c+1, h, p, n]
+    last: &mut Tensor<F>,     // [b, h, p, n]
     z: Sizes,
     #[comptime] has_initial: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
@@ -272,6 +263,7 @@ pub(super) fn pass_states<F: Float, E: Float>(
         states[to] = s;
         states_e[to] = E::cast_from(s);
     }
+    last[id] = s;
 }
 
 /// The output `y_t = y_diag + exp(Σ_{k ≤ i} dA[k]) · y_off` at time `t` (position `i` of chunk
@@ -314,7 +306,8 @@ pub(super) fn combine_output<F: Float, E: Float>(
 /// dA) · G[j+1]` into `adjoints` `[b, c+1, h, p, n]` (slot `j` the gradient of the state
 /// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
 /// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
-/// chunks backwards. The adjoints also in `E`, `adjoints_e`, the operand of the products.
+/// chunks backwards. The adjoints also in `E`, `adjoints_e`, the operand of the products, and
+/// `G[0]` alone, `first` (contiguous: the initial state's gradient).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_adjoints<F: Float, E: Float>(
@@ -323,6 +316,7 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
     direct: &Tensor<F>,         // [b, c, h, p, n]
     adjoints: &mut Tensor<F>,   // [b, c+1, h, p, n]
     adjoints_e: &mut Tensor<E>, // [b, c+1, h, p, n]
+    first: &mut Tensor<F>,      // [b, h, p, n]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -350,6 +344,7 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
         adjoints[to] = g;
         adjoints_e[to] = E::cast_from(g);
     }
+    first[id] = g;
 }
 
 /// The intra-chunk pairs' part of the gradients, per head, from `dyx[i, s] = dy_i · x_s`
@@ -480,12 +475,13 @@ pub(super) fn position_grads<F: Float, E: Float>(
 /// it, per chunk: `∂L/∂dA_k = Σ_{i ≥ k} u_i` (sources before the chunk) `+ Σ_{s < k} w_s`
 /// (targets after it) `+ pairs_k` (both in it: `Σ_s V[k, s]`) `+ exp(Σ_chunk dA) · ⟨G[j+1],
 /// S[j]⟩` (both outside); only spanning pairs are summed, so nothing cancels. Also the
-/// gradient of `dt`, `A · ∂L/∂dA + x · dx̃`. One thread per `(b, h, j)`, looping over the
-/// chunk twice.
+/// gradient of `dt`, `A · ∂L/∂dA + x · dx̃`, and each chunk's part of `A`'s gradient,
+/// `Σ_t ∂L/∂dA_t · dt_t` `[b, c, h]`. One thread per `(b, h, j)`, looping over the chunk twice.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_scans<F: Float>(
     a: &Tensor<F>,           // [h]
+    dt: &Tensor<F>,          // [b, l, h]
     cs: &Tensor<F>,          // [b, h, c·q]
     u: &Tensor<F>,           // [b, h, c·q]
     w: &Tensor<F>,           // [b, h, c·q]
@@ -494,6 +490,7 @@ pub(super) fn decay_scans<F: Float>(
     outside: &Tensor<F>,     // [b, c, h]: ⟨G[j+1], S[j]⟩
     grad_da: &mut Tensor<F>, // [b, l, h]
     grad_dt: &mut Tensor<F>, // [b, l, h]
+    grad_a: &mut Tensor<F>,  // [b, c, h]: this chunk's part
     z: Sizes,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -524,6 +521,7 @@ pub(super) fn decay_scans<F: Float>(
     // sources before the chunk: Σ_{i≥k} u_i; both in it; both outside
     let rate = a[h];
     let mut after = F::new(0.0);
+    let mut part_a = F::new(0.0);
     for k in 0..q {
         let i = q - 1 - k;
         let t = j * q + i;
@@ -533,8 +531,10 @@ pub(super) fn decay_scans<F: Float>(
             let g = grad_da[at] + after + pairs[both + i] + out;
             grad_da[at] = g;
             grad_dt[at] = g * rate + xdx[row + i];
+            part_a += g * dt[at];
         }
     }
+    grad_a[(b * chunks + j) * heads + h] = part_a;
 }
 
 /// The gradients of `B` and `C` in their input layout `[b, l, g, n]` from the chunk layout's

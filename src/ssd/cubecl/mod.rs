@@ -41,17 +41,8 @@ where
         }
         let out_dtype = inputs.x.dtype();
         let f = Inputs::<Self>::new(inputs);
-        let [b, _, h, p] = f.x.dims();
-        let n = f.b_mat.dims()[3];
-        let (y, states) = forward::forward(&f);
-        let c = states.meta.shape()[1] - 1;
-        let last = float::<Self, 5>(states)
-            .narrow(1, c, 1)
-            .reshape([b, h, p, n]);
-        (
-            primitive(cast_to(float::<Self, 4>(y), out_dtype)),
-            primitive(last),
-        )
+        let (y, last) = forward::forward(&f);
+        (primitive(cast_to(float::<Self, 4>(y), out_dtype)), last)
     }
 
     fn has_fused_ssd(dtype: DType, chunk_size: usize) -> bool {
