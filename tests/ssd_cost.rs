@@ -78,9 +78,10 @@ fn estimates_follow_the_roofline() {
 }
 
 /// In half precision the products' operands and the layouts take half the bytes (the decays,
-/// states, sums and the products' outputs stay `f32`): no launch moves more, the pass as a
-/// whole markedly less, with one launch more in the gradient (the scores' gradient, a sum in
-/// `f32`, rounded to the operand type).
+/// states, sums and the products' outputs stay `f32`): no launch moves more but the two
+/// recurrences, which write their states a second time as half-precision operands (in `f32`
+/// the `f32` states serve), the pass as a whole markedly less, with one launch more in the
+/// gradient (the scores' gradient, a sum in `f32`, rounded to the operand type).
 #[test]
 fn half_precision_operands_move_fewer_bytes() {
     let rates = Rates::h100(4);
@@ -95,9 +96,19 @@ fn half_precision_operands_move_fewer_bytes() {
     ] {
         let cast = "d(C·Bᵀ) to the operand type";
         assert!(h.len() - f.len() == usize::from(h.iter().any(|x| x.name == cast)));
+        // [b, c+1, h, p, n] in two bytes
+        let copy = (2 * full.b * (full.c() + 1) * full.h * full.p * full.n) as f64;
         for (a, b) in f.iter().zip(h.iter().filter(|x| x.name != cast)) {
             assert_eq!(a.name, b.name);
-            assert!(b.bytes_read + b.bytes_written <= a.bytes_read + a.bytes_written);
+            let (bytes_f, bytes_h) = (
+                a.bytes_read + a.bytes_written,
+                b.bytes_read + b.bytes_written,
+            );
+            if ["pass_states", "pass_adjoints"].contains(&a.name) {
+                assert_eq!(bytes_h, bytes_f + copy, "{}", a.name);
+            } else {
+                assert!(bytes_h <= bytes_f, "{}", a.name);
+            }
         }
         let (f, h) = (totals(&f, &rates).bytes, totals(&h, &rates).bytes);
         assert!(h < 0.8 * f, "{h} vs {f}");

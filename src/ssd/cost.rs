@@ -204,6 +204,16 @@ impl Plan {
         elements * 4
     }
 
+    /// The bytes of a recurrence's second copy of `elements` in the operand type, written only
+    /// where that type is not `f32` (`forward::operand_copy`).
+    fn operand_copy(&self, elements: usize) -> usize {
+        if self.s.element_bytes == 4 {
+            0
+        } else {
+            self.e(elements)
+        }
+    }
+
     /// A product of `batch` matrices `[m, k] · [k, n]` of the operand type, written in `f32`.
     fn product(&mut self, name: &'static str, batch: usize, m: usize, n: usize, k: usize) {
         let read = self.e(batch * (m * k + k * n));
@@ -330,13 +340,13 @@ impl Plan {
             0
         };
         let states = b * (c + 1) * h * p * n;
-        // the states in f32 and of the operand type, and the final state alone
+        // the states in f32 (and of a half operand type), and the final state alone
         self.kernel(
             "pass_states",
             b * h * p * n,
             3 * b * c * h * p * n,
             self.f(b * c * h * p * n + b * h * c + initial),
-            self.f(states + b * h * p * n) + self.e(states),
+            self.f(states + b * h * p * n) + self.operand_copy(states),
             c,
             false,
         );
@@ -422,7 +432,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         b * h * p * n,
         3 * b * c * h * p * n,
         plan.f(b * c * h * p * n + b * h * p * n + b * h * c),
-        plan.f(states + b * h * p * n) + plan.e(states),
+        plan.f(states + b * h * p * n) + plan.operand_copy(states),
         c,
         false,
     );

@@ -23,7 +23,9 @@
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{entering, from_entering, layouts, product, rank5, recompute, scores, Dims};
+use super::forward::{
+    chunk_slots, from_entering, layouts, operand_copy, product, rank5, recompute, scores, Dims,
+};
 use super::inputs::Inputs;
 use super::launch::{empty, empty_as, f32_type, launch, types};
 use crate::precision::cast_to;
@@ -70,24 +72,20 @@ where
     // the adjoint states
     let direct = product(tensor(dye.clone()).swap_dims(3, 4), tensor(s.cc.clone()));
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
-    let adjoints_e = empty_as(&x, [b, c + 1, h, p, n], d.e);
+    let (with_e, adjoints_e) = operand_copy(&adjoints, d);
     let first = empty(&x, [b, h, p, n]);
     let grad_state = primitive(grad_state);
     let cs = s.decays.cs.clone();
     launch!(
         pass_adjoints, b * h * p * n;
         grad_state, cs, direct, adjoints, adjoints_e, first;
-        d.sizes(), types(d.e),
+        d.sizes(), with_e, types(d.e),
     );
-    // G[j+1] per group, [b, c, g, r·p, n] (views), in f32 and of the operand type
-    let leaving_of = |t: &burn_cubecl::tensor::CubeTensor<R>| {
-        tensor(t.clone())
-            .reshape([b, c + 1, g, r * p, n])
-            .narrow(1, 1, c)
-    };
-    let (leaving, leaving_e) = (leaving_of(&adjoints), leaving_of(&adjoints_e));
-    let s_in = entering::<R, F, I, BT>(&s.states, d);
-    let s_in_e = entering::<R, F, I, BT>(&s.states_e, d);
+    let adjoints_e = if with_e { adjoints_e } else { adjoints.clone() };
+    // G[j+1] and S[j] per group, [b, c, g, r·p, n] (views), in f32 and of the operand type
+    let slots = chunk_slots::<R, F, I, BT>;
+    let (leaving, leaving_e) = (slots(&adjoints, 1, d), slots(&adjoints_e, 1, d));
+    let (s_in, s_in_e) = (slots(&s.states, 0, d), slots(&s.states_e, 0, d));
 
     // the products of the gradients
     let gb = product(tensor(s.bc.clone()), leaving_e.clone().swap_dims(3, 4));

@@ -99,14 +99,15 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let (lhs, rhs) = (primitive(lhs), primitive(rhs));
-    let what = format!(
-        "the scan's product {:?} · {:?}",
-        lhs.meta.shape(),
-        rhs.meta.shape()
-    );
-    matmul(lhs, rhs, None, MatmulStrategy::default(), DType::F32)
-        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+    let (lhs_dims, rhs_dims) = (lhs.dims(), rhs.dims());
+    matmul(
+        primitive(lhs),
+        primitive(rhs),
+        None,
+        MatmulStrategy::default(),
+        DType::F32,
+    )
+    .unwrap_or_else(|e| panic!("the scan's product {lhs_dims:?} · {rhs_dims:?}: {e:?}"))
 }
 
 /// The log-decays of [`kernels::decays`] in forward time: `dA`, their inclusive sums within
@@ -215,7 +216,8 @@ pub(super) fn scores<R: CubeRuntime>(
 
 /// Step 7: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
 /// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, of the
-/// operand type, and the final state alone `[b, h, p, n]`.
+/// operand type (the same tensor when that is `f32`), and the final state alone
+/// `[b, h, p, n]`.
 pub(super) fn pass_states<R: CubeRuntime>(
     initial: Option<CubeTensor<R>>,
     cs: &CubeTensor<R>,
@@ -223,22 +225,35 @@ pub(super) fn pass_states<R: CubeRuntime>(
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
-    let states_e = empty_as(cs, [d.b, d.c + 1, d.h, d.p, d.n], d.e);
+    let (with_e, states_e) = operand_copy(&states, d);
     let last = empty(cs, [d.b, d.h, d.p, d.n]);
     let has_initial = initial.is_some();
     let initial = initial.unwrap_or_else(|| unused(cs));
     launch!(
         pass_states, d.b * d.h * d.p * d.n;
         initial, cs, chunk_states, states, states_e, last;
-        d.sizes(), has_initial, types(d.e),
+        d.sizes(), has_initial, with_e, types(d.e),
     );
-    (states, states_e, last)
+    (states.clone(), if with_e { states_e } else { states }, last)
 }
 
-/// The states entering each chunk, per group: `[b, c, g, r·p, n]`, a view of `states`
-/// `[b, c+1, h, p, n]` (reshaped while contiguous, then narrowed: no copy).
-pub(super) fn entering<R, F, I, BT>(
+/// Whether a recurrence writes its `f32` output `like` a second time in the operand type, and
+/// the buffer it writes it to (a placeholder when the operand type is `f32`: the `f32` output
+/// serves).
+pub(super) fn operand_copy<R: CubeRuntime>(like: &CubeTensor<R>, d: Dims) -> (bool, CubeTensor<R>) {
+    if d.e == DType::F32 {
+        (false, unused(like))
+    } else {
+        (true, empty_as(like, like.meta.shape().clone(), d.e))
+    }
+}
+
+/// Chunk slots `first..first + c` of a `[b, c+1, h, p, n]` recurrence, per group:
+/// `[b, c, g, r·p, n]`, a view (reshaped while contiguous, then narrowed: no copy). Slot 0 on:
+/// the states entering each chunk; slot 1 on: the adjoints of the states leaving them.
+pub(super) fn chunk_slots<R, F, I, BT>(
     states: &CubeTensor<R>,
+    first: usize,
     d: Dims,
 ) -> Tensor<CubeBackend<R, F, I, BT>, 5>
 where
@@ -249,7 +264,7 @@ where
 {
     rank5::<R, F, I, BT>(states.clone())
         .reshape([d.b, d.c + 1, d.g, d.r * d.p, d.n])
-        .narrow(1, 0, d.c)
+        .narrow(1, first, d.c)
 }
 
 /// What the backward recomputes of the forward: the decays, the chunk layouts of `x`, `B` and
@@ -318,7 +333,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let entering = entering::<R, F, I, BT>(&s.states_e, d);
+    let entering = chunk_slots::<R, F, I, BT>(&s.states_e, 0, d);
     product(rank5::<R, F, I, BT>(s.cc.clone()), entering.swap_dims(3, 4))
 }
 

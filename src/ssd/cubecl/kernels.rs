@@ -222,8 +222,9 @@ pub(super) fn decay_scores<F: Float, E: Float>(
 /// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]' `vw` with `B`):
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
-/// thread per `(b, h, p, n)`, looping over the chunks. The states also in `E`, `states_e`, the
-/// operand of the products, and the final state alone, `last` (contiguous).
+/// thread per `(b, h, p, n)`, looping over the chunks. With `with_e` (an operand type other than
+/// `f32`) the states also in `E`, `states_e`, the operand of the products; the final state
+/// alone, `last` (contiguous).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_states<F: Float, E: Float>(
@@ -231,10 +232,11 @@ pub(super) fn pass_states<F: Float, E: Float>(
     cs: &Tensor<F>,           // [b, h, c·q]
     chunk: &Tensor<F>,        // [b, c, h, p, n]
     states: &mut Tensor<F>,   // [b, c+1, h, p, n]
-    states_e: &mut Tensor<E>, // [b, c+1, h, p, n]
+    states_e: &mut Tensor<E>, // [b, c+1, h, p, n] (written when with_e)
     last: &mut Tensor<F>,     // [b, h, p, n]
     z: Sizes,
     #[comptime] has_initial: bool,
+    #[comptime] with_e: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let heads = z.heads;
@@ -255,13 +257,17 @@ pub(super) fn pass_states<F: Float, E: Float>(
     let row = (b * heads + h) * chunks * q;
     let first = ((b * (chunks + 1)) * heads + h) * per_head + e;
     states[first] = s;
-    states_e[first] = E::cast_from(s);
+    if with_e {
+        states_e[first] = E::cast_from(s);
+    }
     for j in 0..chunks {
         let from = ((b * chunks + j) * heads + h) * per_head + e;
         s = cs[row + j * q + q - 1].exp() * s + chunk[from];
         let to = ((b * (chunks + 1) + j + 1) * heads + h) * per_head + e;
         states[to] = s;
-        states_e[to] = E::cast_from(s);
+        if with_e {
+            states_e[to] = E::cast_from(s);
+        }
     }
     last[id] = s;
 }
@@ -306,8 +312,8 @@ pub(super) fn combine_output<F: Float, E: Float>(
 /// dA) · G[j+1]` into `adjoints` `[b, c+1, h, p, n]` (slot `j` the gradient of the state
 /// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
 /// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
-/// chunks backwards. The adjoints also in `E`, `adjoints_e`, the operand of the products, and
-/// `G[0]` alone, `first` (contiguous: the initial state's gradient).
+/// chunks backwards. With `with_e` the adjoints also in `E`, `adjoints_e`, the operand of the
+/// products; `G[0]` alone, `first` (contiguous: the initial state's gradient).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_adjoints<F: Float, E: Float>(
@@ -315,9 +321,10 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
     cs: &Tensor<F>,             // [b, h, c·q]
     direct: &Tensor<F>,         // [b, c, h, p, n]
     adjoints: &mut Tensor<F>,   // [b, c+1, h, p, n]
-    adjoints_e: &mut Tensor<E>, // [b, c+1, h, p, n]
+    adjoints_e: &mut Tensor<E>, // [b, c+1, h, p, n] (written when with_e)
     first: &mut Tensor<F>,      // [b, h, p, n]
     z: Sizes,
+    #[comptime] with_e: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let heads = z.heads;
@@ -335,14 +342,18 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
     let mut g = grad_final[id];
     let last = ((b * (chunks + 1) + chunks) * heads + h) * per_head + e;
     adjoints[last] = g;
-    adjoints_e[last] = E::cast_from(g);
+    if with_e {
+        adjoints_e[last] = E::cast_from(g);
+    }
     for k in 0..chunks {
         let j = chunks - 1 - k;
         g = direct[((b * chunks + j) * heads + h) * per_head + e]
             + cs[row + j * q + q - 1].exp() * g;
         let to = ((b * (chunks + 1) + j) * heads + h) * per_head + e;
         adjoints[to] = g;
-        adjoints_e[to] = E::cast_from(g);
+        if with_e {
+            adjoints_e[to] = E::cast_from(g);
+        }
     }
     first[id] = g;
 }
