@@ -4,39 +4,63 @@
 //! `cargo run --release --example bench -- --mode ssd-cost --preset 130m --batch 8` prints it.
 
 use mamba2_burn::ssd::cost::{
-    backward_launches, forward_launches, heavy, totals, LaunchKind, Rates, ScanShape,
+    backward_launches, chunk_scan_product_flops, forward_launches, heavy, totals, LaunchKind,
+    Rates, ScanShape,
 };
 
 fn layer_130m() -> ScanShape {
     ScanShape::new(8, 2048, 24, 1, 64, 128, 256)
 }
 
-/// The forward's products are the SSD's contractions, each once: `C·Bᵀ` per group
-/// (`2·b·c·g·q²·n`), the chunk states and the entering states' output (`2·b·c·h·q·p·n` each)
-/// and the intra-chunk product (`2·b·c·h·q²·p`).
+/// The forward's contractions, each once: `C·Bᵀ` per group (`2·b·c·g·q²·n`) and the chunk
+/// states (`2·b·c·h·q·p·n`) as products; the entering states' output (`2·b·c·h·q·p·n`) and the
+/// intra-chunk product inside `chunk_scan`'s tiles, the latter over the tiles on and below the
+/// diagonal only (136 of the 256 tile pairs of a chunk of 256).
 #[test]
 fn forward_products_are_the_contractions_of_the_scan_once() {
     let s = layer_130m();
     let (b, c, g, h, p, n, q) = (8.0, 8.0, 1.0, 24.0, 64.0, 128.0, 256.0);
     assert_eq!(s.c(), 8);
-    let expected = 2.0 * b * c * g * q * q * n
-        + 2.0 * 2.0 * b * c * h * q * p * n
-        + 2.0 * b * c * h * q * q * p;
     let launches = forward_launches(s);
     let products: Vec<_> = launches
         .iter()
         .filter(|x| x.kind == LaunchKind::Product)
         .collect();
-    assert_eq!(products.len(), 4);
+    assert_eq!(products.len(), 2);
     let flops = totals(&launches, &Rates::h100(4)).product_flops;
-    assert_eq!(flops, expected);
-    // the gradient recomputes the forward's products but the intra-chunk one, and has the
-    // transposed products of each: about twice the forward's
+    assert_eq!(flops, 2.0 * b * c * g * q * q * n + 2.0 * b * c * h * q * p * n);
+    let tiled = chunk_scan_product_flops(s);
+    let causal = 2.0 * b * c * h * q * q * p * 136.0 / 256.0;
+    assert_eq!(tiled, 2.0 * b * c * h * q * p * n + causal);
+    let scan = launches
+        .iter()
+        .find(|x| x.kind == LaunchKind::Tiled)
+        .expect("the tiled output");
+    assert!(scan.other_flops > tiled);
+    // the gradient recomputes the forward's products but the output's, and has the transposed
+    // products of each: about twice the forward's contractions
+    let all = 2.0 * b * c * g * q * q * n + 4.0 * b * c * h * q * p * n + 2.0 * b * c * h * q * q * p;
     let backward = totals(&backward_launches(s), &Rates::h100(4)).product_flops;
     assert!(
-        backward > 2.0 * flops && backward < 3.0 * flops,
-        "{backward} vs {flops}"
+        backward > 2.0 * all && backward < 3.0 * all,
+        "{backward} vs {all}"
     );
+}
+
+/// The forward within its budgets: at most 6 launches, none writing a per-head `b·c·h·q²`
+/// buffer, and no kernel whose threads walk along a chunk (the products' and the tiled
+/// kernels' chains are their contractions).
+#[test]
+fn forward_fits_its_budgets() {
+    let s = layer_130m();
+    let launches = forward_launches(s);
+    assert!(launches.len() <= 6, "{} launches", launches.len());
+    for x in &launches {
+        assert!(!x.per_head_square, "{} writes b·c·h·q² elements", x.name);
+        if matches!(x.kind, LaunchKind::Kernel | LaunchKind::TensorOp) {
+            assert!(x.serial < s.q, "{}: a chain of {}", x.name, x.serial);
+        }
+    }
 }
 
 /// Every launch that carries more than 5% of a pass's FLOPs or bytes fills an H100 at least

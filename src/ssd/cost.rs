@@ -27,6 +27,9 @@ use serde::Serialize;
 
 /// The threads per cube of the scan's kernels (`ssd/cubecl/launch.rs`).
 const KERNEL_CUBE: usize = 64;
+/// The tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`): a cube of `TILE²`
+/// threads per `TILE × TILE` tile of the output.
+const TILE: usize = 16;
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
 /// The threads per cube of Burn's element-wise and reduction kernels.
@@ -107,6 +110,9 @@ pub enum LaunchKind {
     Product,
     /// One of the scan's own kernels.
     Kernel,
+    /// One of the scan's own kernels that computes products tile by tile in shared memory, on
+    /// the cores that are not tensor cores: its chain is its contractions, as a product's.
+    Tiled,
     /// A Burn tensor operation (a reduction, an element-wise product, a copy).
     TensorOp,
 }
@@ -258,6 +264,35 @@ impl Plan {
         });
     }
 
+    /// One of the scan's tiled kernels: `cubes` cubes of [`TILE`]² threads, `flops` off tensor
+    /// cores, `read` and `written` bytes, a chain of `serial` steps per thread; of `kind`
+    /// [`LaunchKind::Tiled`] where it computes products tile by tile (its chain is then its
+    /// contractions), [`LaunchKind::Kernel`] otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn tiled(
+        &mut self,
+        name: &'static str,
+        kind: LaunchKind,
+        cubes: usize,
+        flops: usize,
+        read: usize,
+        written: usize,
+        serial: usize,
+    ) {
+        self.launches.push(Launch {
+            name,
+            pass: self.pass,
+            kind,
+            product_flops: 0.0,
+            other_flops: flops as f64,
+            bytes_read: read as f64,
+            bytes_written: written as f64,
+            cubes,
+            serial,
+            per_head_square: false,
+        });
+    }
+
     /// A Burn element-wise operation or copy of `elements` outputs, reading `read` bytes and
     /// writing `written`, one FLOP per output.
     fn elementwise(&mut self, name: &'static str, elements: usize, read: usize, written: usize) {
@@ -296,8 +331,8 @@ impl Plan {
         });
     }
 
-    /// The forward's steps 1 to 3, 6 and 7, which the gradient recomputes
-    /// (`forward::recompute`).
+    /// The forward's steps 1 to 5, which the gradient recomputes (`forward::recompute`); the
+    /// gradient also lays out `x` per head.
     fn recompute(&mut self) {
         let ScanShape {
             b,
@@ -312,23 +347,28 @@ impl Plan {
         let (c, r) = (self.s.c(), self.s.r());
         let big_l = c * q;
         let starts = if self.s.documents { b * l } else { 0 };
-        // per (b, h, chunk): dA, its sums in the chunk and the decay to the chunk's end
-        self.kernel(
+        // a cube of TILE² threads per (b, h, chunk): dA, its sums in the chunk and the decay to
+        // the chunk's end, two scans of log₂ TILE² steps
+        let scan_steps = (TILE * TILE).ilog2() as usize;
+        let cubes = b * h * c;
+        self.tiled(
             "decays",
-            b * h * c,
-            6 * b * h * big_l,
+            LaunchKind::Kernel,
+            cubes,
+            cubes * TILE * TILE * (2 * scan_steps + 4),
             self.f(b * l * h + h + starts),
             self.f(3 * b * h * big_l),
-            2 * q,
-            false,
+            2 * scan_steps,
         );
-        // the layouts of x (per head; x·dt·to_end per group), B and C, in one launch
+        // the layouts of x (x·dt·to_end per group; per head for the gradient), B and C, in one
+        // launch
+        let x_layouts = if self.pass == Pass::Backward { 2 } else { 1 };
         self.kernel(
             "chunk_layouts(x, B, C)",
             (b * big_l * h * p).max(b * big_l * g * n),
             2 * b * big_l * h * p,
             self.e(b * l * h * p + 2 * b * l * g * n) + self.f(b * l * h + b * h * big_l),
-            self.e(2 * b * big_l * h * p + 2 * b * big_l * g * n),
+            self.e(x_layouts * b * big_l * h * p + 2 * b * big_l * g * n),
             1,
             false,
         );
@@ -351,21 +391,6 @@ impl Plan {
             false,
         );
     }
-
-    /// The decay-weighted scores `M` `[b, c, h, q, q]`, one thread per column.
-    fn decay_scores(&mut self) {
-        let ScanShape { b, l, h, g, q, .. } = self.s;
-        let c = self.s.c();
-        self.kernel(
-            "decay_scores",
-            b * c * h * q,
-            4 * b * c * h * q * (q + 1) / 2,
-            self.f(b * c * g * q * q + b * h * c * q + b * l * h),
-            self.e(b * c * h * q * q),
-            q,
-            true,
-        );
-    }
 }
 
 /// The launches of the fused scan's forward (`ssd/cubecl/forward.rs`), in order.
@@ -381,21 +406,42 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         q,
         ..
     } = s;
-    let (c, r) = (s.c(), s.r());
+    let c = s.c();
     plan.recompute();
-    plan.decay_scores();
-    plan.product("M·x", b * c * h, q, p, q);
-    plan.product("C·S_inᵀ", b * c * g, q, r * p, n);
-    plan.kernel(
-        "combine_output",
-        b * l * h * p,
-        3 * b * l * h * p,
-        plan.f(2 * b * c * q * h * p + b * h * c * q),
+    // the output, a cube per tile of (i, p) of each (b, j, h): the entering state's product over
+    // the tiles of n, then the weights and the intra-chunk product of each tile of s up to the
+    // diagonal
+    let (rows, cols, states) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
+    let cubes = b * c * h * rows * cols;
+    let pairs = rows * (rows + 1) / 2;
+    let tile = TILE * TILE;
+    // a weight: its segment's terms (two sums of the tile's), an exp, two products
+    let flops = cubes * (pairs * tile * (2 * TILE + 2 * TILE + 4) + states * tile * 2 * TILE);
+    plan.tiled(
+        "chunk_scan",
+        LaunchKind::Tiled,
+        cubes,
+        flops,
+        plan.e(b * l * h * p + b * l * g * n)
+            + plan.f(b * l * h + b * c * g * q * q + 2 * b * h * c * q + b * c * h * p * n),
         plan.e(b * l * h * p),
-        1,
-        false,
+        states * TILE + rows * 2 * TILE,
     );
     plan.launches
+}
+
+/// The multiply-adds' FLOPs of [`forward_launches`]' `chunk_scan`: the entering states' output
+/// `C·S_inᵀ` and the intra-chunk product `M·x` over the tiles on and below the diagonal, at the
+/// tiles' sizes.
+pub fn chunk_scan_product_flops(s: ScanShape) -> f64 {
+    let (rows, cols, states) = (
+        s.q.div_ceil(TILE),
+        s.p.div_ceil(TILE),
+        s.n.div_ceil(TILE),
+    );
+    let cubes = s.b * s.c() * s.h * rows * cols;
+    let pairs = rows * (rows + 1) / 2;
+    (cubes * (pairs + states) * 2 * TILE * TILE * TILE) as f64
 }
 
 /// The launches of the fused scan's gradient (`ssd/cubecl/backward.rs`), in order.
@@ -415,8 +461,6 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     let big_l = c * q;
     let states = b * (c + 1) * h * p * n;
     plan.recompute();
-    plan.decay_scores();
-    plan.product("C·S_inᵀ", b * c * g, q, r * p, n);
     plan.kernel(
         "chunk_layouts(dy)",
         b * big_l * h * p,
@@ -436,8 +480,24 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         c,
         false,
     );
-    plan.product("B·G_outᵀ", b * c * g, q, r * p, n);
-    plan.product("Mᵀ·dy", b * c * h, q, p, q);
+    // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
+    // B·Gᵀ and C·S_inᵀ over the tiles of n, then the weights and Mᵀ·dy over the tiles of i from
+    // the diagonal on, the terms summed over each tile's columns
+    let (rows, cols, tiles_n) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
+    let cubes = b * c * h * rows * cols;
+    let pairs = rows * (rows + 1) / 2;
+    let tile = TILE * TILE;
+    let flops = cubes * (pairs * tile * (4 * TILE + 4) + tiles_n * tile * 4 * TILE + tile * 12);
+    plan.tiled(
+        "chunk_scan_grads",
+        LaunchKind::Tiled,
+        cubes,
+        flops,
+        plan.e(2 * b * l * h * p + 2 * b * l * g * n)
+            + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
+        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols),
+        tiles_n * TILE + rows * 2 * TILE + TILE,
+    );
     plan.product("dy·xᵀ", b * c * h, q, q, p);
     plan.kernel(
         "pair_sums",
@@ -477,19 +537,10 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         false,
     );
     plan.kernel(
-        "position_grads",
-        b * l * h,
-        8 * b * l * h * p,
-        plan.e(2 * b * l * h * p) + plan.f(3 * b * big_l * h * p + 2 * b * h * big_l + b * l * h),
-        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l),
-        p,
-        false,
-    );
-    plan.kernel(
         "decay_scans",
         b * h * c,
-        6 * b * h * big_l,
-        plan.f(h + 4 * b * h * big_l + b * c * h * q + b * c * h + b * l * h),
+        (6 + 3 * cols) * b * h * big_l,
+        plan.f(h + b * h * big_l * (1 + 3 * cols) + b * c * h * q + b * c * h + b * l * h),
         plan.f(2 * b * l * h + b * c * h),
         2 * q,
         false,

@@ -7,7 +7,8 @@
 //!   and the adjoint recurrence `G[j] = D[j] + exp(Σ_chunk dA) · G[j+1]`, `G[c] = dS_final`
 //!   ([`super::kernels::pass_adjoints`]); `G[0]` is the initial state's gradient;
 //! - `dx̃ = Mᵀ · dy + to_end · (B · G[j+1]ᵀ)`, `x̃ = x·dt` (`M` the intra-chunk matrix without
-//!   `dt`), then `dx = dt · dx̃` ([`super::kernels::position_grads`]);
+//!   `dt`, computed tile by tile and never stored), then `dx = dt · dx̃`, with the log-decays'
+//!   terms at each position ([`super::kernels::chunk_scan_grads`], one launch);
 //! - `dy · xᵀ` per head, which weighted by the decays gives the gradient of the scores `C·Bᵀ`
 //!   (summed over a group's heads) and the intra-chunk pairs' part of the log-decays' gradient
 //!   ([`super::kernels::pair_sums`]);
@@ -16,19 +17,17 @@
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
 //!   and from it those of `dt` and `A`.
 //!
-//! Types as in the forward: the products' operands (the layouts, `M`, the states and adjoint
-//! states as operands, the scores' gradient) in the model's type, every sum in `f32`; the
+//! Types as in the forward: the products' operands (the layouts, the states and adjoint states
+//! as operands, the scores' gradient) in the model's type, every sum in `f32`; the
 //! gradients of `x`, `B` and `C` in the model's type, the others in `f32`.
 
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{
-    chunk_slots, from_entering, layouts, operand_copy, product, rank5, recompute, scores, Dims,
-};
+use super::forward::{chunk_slots, operand_copy, product, rank5, recompute, Dims};
 use super::inputs::Inputs;
+use super::kernels::{SPAN_WIDTH, TILE};
 use super::launch::{empty, empty_as, f32_type, launch, types};
-use crate::precision::cast_to;
 use crate::ssd::backend::{float, primitive};
 
 /// The gradients of the scan's inputs: those of `x`, `B` and `C` of the operand type, the
@@ -57,20 +56,17 @@ where
 {
     let tensor = rank5::<R, F, I, BT>;
     let d = Dims::of(f);
-    let (b, l, h, g, r, p, n, q, c) = (d.b, d.l, d.h, d.g, d.r, d.p, d.n, d.q, d.c);
-    let s = recompute(f, d);
+    let (b, l, h, g, p, n, q, c) = (d.b, d.l, d.h, d.g, d.p, d.n, d.q, d.c);
     let x = primitive(f.x.clone());
     let dt = primitive(f.dt.clone());
     let dy = primitive(grad_y);
-
-    // the intra-chunk matrix without dt, and the entering states' output without exp(cs)
-    let m = scores(&s.cb, &s.decays.da, None, d);
-    let y_off = from_entering::<R, F, I, BT>(&s, d);
-    // dy per head, and per group times exp(cs)
-    let (dyc, dye) = layouts(&dy, None, &s.decays.cs, true, d);
+    let s = recompute(f, d, Some(&dy));
+    let layouts = &s.layouts;
+    // dy·exp(cs) per group
+    let dyw = layouts.dyw.clone().expect("dy's layout");
 
     // the adjoint states
-    let direct = product(tensor(dye.clone()).swap_dims(3, 4), tensor(s.cc.clone()));
+    let direct = product(tensor(dyw.clone()).swap_dims(3, 4), tensor(layouts.cc.clone()));
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
     let (with_e, adjoints_e) = operand_copy(&adjoints, d);
     let first = empty(&x, [b, h, p, n]);
@@ -87,22 +83,28 @@ where
     let (leaving, leaving_e) = (slots(&adjoints, 1, d), slots(&adjoints_e, 1, d));
     let (s_in, s_in_e) = (slots(&s.states, 0, d), slots(&s.states_e, 0, d));
 
-    // the products of the gradients
-    let gb = product(tensor(s.bc.clone()), leaving_e.clone().swap_dims(3, 4));
-    let dx_diag = product(tensor(m).swap_dims(3, 4), tensor(dyc.clone()));
-    let dyx = product(tensor(dyc), tensor(s.xc.clone()).swap_dims(3, 4));
-    let v = empty(&x, [b, c, h, q, q]);
-    let (cb, da) = (&s.cb, &s.decays.da);
-    launch!(pair_sums, b * c * h * q; dyx, cb, da, dt, v; d.sizes(), f32_type());
-    // the scores' gradient, summed over each group's heads, [b, c, g, q, q], an operand
-    let grad_cb = cast_to(
-        tensor(dyx)
-            .reshape([b, c, g, r, q * q])
-            .sum_dim(3)
-            .reshape([b, c, g, q, q]),
-        d.e,
+    // x, and the log-decays' terms at each position
+    let grad_x = empty_as(&x, [b, l, h, p], d.e);
+    let terms = empty(&x, [3, b, h, c * q, p.div_ceil(TILE)]);
+    let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
+    let (states, adjoints_f32) = (&s.states, &adjoints);
+    let (da, to_end) = (&s.decays.da, &s.decays.to_end);
+    let cb = &s.cb;
+    let rows = q.div_ceil(TILE);
+    launch!(
+        chunk_scan_grads, tiles b * c * h * rows * p.div_ceil(TILE);
+        x, dt, dy, b_mat, c_mat, cb, da, cs, to_end, states, adjoints_f32, grad_x, terms;
+        d.sizes(), types(d.e),
     );
-    let pairs = primitive(tensor(v).sum_dim(4));
+
+    // the scores' gradient (an operand), and the pairs within each chunk
+    let grad_cb = empty_as(&x, [b, c, g, q, q], d.e);
+    let spans = empty(&x, [b, c, h, rows * (rows + 1) / 2, SPAN_WIDTH]);
+    launch!(
+        score_grads, tiles b * c * g * rows * rows;
+        x, dt, dy, cb, da, grad_cb, spans;
+        d.sizes(), types(d.e),
+    );
     // ⟨G[j+1], S[j]⟩ per (b, j, h)
     let outside = primitive(
         (leaving.clone() * s_in.clone())
@@ -111,29 +113,16 @@ where
     );
 
     // B and C
-    let grad_c1 = product(tensor(dye), s_in_e);
-    let grad_c2 = product(grad_cb.clone(), tensor(s.bc));
-    let grad_b1 = product(grad_cb.swap_dims(3, 4), tensor(s.cc));
-    let grad_b2 = product(tensor(s.xw), leaving_e);
+    let grad_cb = tensor(grad_cb);
+    let grad_c1 = product(tensor(dyw), s_in_e);
+    let grad_c2 = product(grad_cb.clone(), tensor(layouts.bc.clone()));
+    let grad_b1 = product(grad_cb.swap_dims(3, 4), tensor(layouts.cc.clone()));
+    let grad_b2 = product(tensor(layouts.xw.clone()), leaving_e);
     let grad_b = empty_as(&x, [b, l, g, n], d.e);
     let grad_c = empty_as(&x, [b, l, g, n], d.e);
     launch!(
         unchunk_bc, b * l * g * n;
         grad_b1, grad_b2, grad_c1, grad_c2, grad_b, grad_c;
-        d.sizes(), types(d.e),
-    );
-
-    // x, and the log-decays' terms at each position
-    let grad_x = empty_as(&x, [b, l, h, p], d.e);
-    let (u, w, xdx) = (
-        empty(&x, [b, h, c * q]),
-        empty(&x, [b, h, c * q]),
-        empty(&x, [b, h, c * q]),
-    );
-    let to_end = &s.decays.to_end;
-    launch!(
-        position_grads, b * l * h;
-        x, dt, dy, y_off, cs, to_end, dx_diag, gb, grad_x, u, w, xdx;
         d.sizes(), types(d.e),
     );
 
@@ -143,8 +132,8 @@ where
     let grad_a = empty(&x, [b, c, h]);
     let a = primitive(f.a.clone());
     launch!(
-        decay_scans, b * h * c;
-        a, dt, cs, u, w, xdx, pairs, outside, grad_da, grad_dt, grad_a;
+        decay_scans, tiles b * h * c;
+        a, dt, cs, terms, spans, outside, grad_da, grad_dt, grad_a;
         d.sizes(), f32_type(),
     );
     // A's gradient, Σ over rows and chunks of each chunk's part

@@ -1,20 +1,19 @@
-//! The forward of the fused scan as matrix products: every contraction goes through Burn's
-//! matmul on the `CubeBackend` (cubek: tensor cores on CUDA, tiled register products on
-//! Vulkan), custom kernels only where no product fits (the decays, the decay-weighted scores,
-//! the state passing, the layouts). Per chunk `j` (dimension letters as in [`crate::ssd`]):
+//! The forward of the fused scan as matrix products: every contraction but those of the
+//! output goes through Burn's matmul on the `CubeBackend` (cubek: tensor cores on CUDA, tiled
+//! register products on Vulkan); custom kernels where no product fits (the decays, the state
+//! passing, the layouts) and for the output, whose decay is applied inside the tiles of its
+//! products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
 //!
 //! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end
 //!    ([`kernels::decays`]);
-//! 2. the chunk layouts: `x` per head, `x·dt·to_end` per group, `B` and `C`
-//!    ([`kernels::chunk_layouts`], one launch);
+//! 2. the chunk layouts: `x·dt·to_end` per group, `B` and `C` ([`kernels::chunk_layouts`],
+//!    one launch; the gradient also lays out `x` per head);
 //! 3. the scores `C·Bᵀ`, once per group (a product);
-//! 4. each head's intra-chunk matrix `M = (C·Bᵀ) ⊙ L ⊙ dt`, `L` the decay matrix
-//!    ([`kernels::decay_scores`]);
-//! 5. the intra-chunk output `M · x` (a product);
-//! 6. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product);
-//! 7. the states entering each chunk ([`kernels::pass_states`]);
-//! 8. the entering states' output `C · S_inᵀ` per group (a product);
-//! 9. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout ([`kernels::combine_output`]).
+//! 4. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product);
+//! 5. the states entering each chunk ([`kernels::pass_states`]);
+//! 6. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout, `M = (C·Bᵀ) ⊙ L ⊙ dt` each head's
+//!    intra-chunk matrix with `L` the decay matrix, computed tile by tile in shared memory and
+//!    never stored ([`kernels::chunk_scan`], one launch).
 //!
 //! Types: the products' operands (the layouts of `x`, `B`, `C` and `dy`, `M`, the states as an
 //! operand) are in the model's type, `f16` or `bf16` where it is half precision, `f32`
@@ -133,88 +132,62 @@ where
     let size = [d.b, d.h, d.c * d.q];
     let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
     launch!(
-        decays, d.b * d.h * d.c;
+        decays, tiles d.b * d.h * d.c;
         dt, a, starts, da, cs, to_end;
         d.sizes(), has_starts, f32_type(),
     );
     Decays { da, cs, to_end }
 }
 
-/// Step 2 for a `[b, l, h, p]` tensor `v` of the operand type: per head `[b, c, h, q, p]`, and
-/// per group scaled by `decay` (`exp(decay)` when `exp_decay`) and by `dt` when given,
-/// `[b, c, g, q, r·p]`, both of the operand type ([`kernels::chunk_layouts`]).
-pub(super) fn layouts<R: CubeRuntime>(
-    v: &CubeTensor<R>,
-    dt: Option<&CubeTensor<R>>,
-    decay: &CubeTensor<R>,
-    exp_decay: bool,
-    d: Dims,
-) -> (CubeTensor<R>, CubeTensor<R>) {
-    let (vc, vw, _) = chunk_layouts(v, dt, decay, exp_decay, None, d);
-    (vc, vw)
+/// Step 2: the chunk layouts of [`kernels::chunk_layouts`] in one launch, of the operand type:
+/// `x·dt·to_end` and, given the output's gradient `dy`, `dy·exp(cs)`, per group `[b, c, g, q,
+/// r·p]`; `B` and `C` `[b, c, g, q, n]`.
+pub(super) struct Layouts<R: CubeRuntime> {
+    pub(super) xw: CubeTensor<R>,
+    pub(super) dyw: Option<CubeTensor<R>>,
+    pub(super) bc: CubeTensor<R>,
+    pub(super) cc: CubeTensor<R>,
 }
 
-/// The chunk layouts of [`layouts`] and, with `b_and_c`, those of `B` and `C`, `[b, c, g, q, n]`
-/// each, in the same launch.
-#[allow(clippy::type_complexity)]
-fn chunk_layouts<R: CubeRuntime>(
-    v: &CubeTensor<R>,
-    dt: Option<&CubeTensor<R>>,
-    decay: &CubeTensor<R>,
-    exp_decay: bool,
-    b_and_c: Option<(CubeTensor<R>, CubeTensor<R>)>,
+fn layouts<R, F, I, BT>(
+    f: &Inputs<CubeBackend<R, F, I, BT>>,
+    decays: &Decays<R>,
+    grad_y: Option<&CubeTensor<R>>,
     d: Dims,
-) -> (
-    CubeTensor<R>,
-    CubeTensor<R>,
-    Option<(CubeTensor<R>, CubeTensor<R>)>,
-) {
-    let vc = empty_as(v, [d.b, d.c, d.h, d.q, d.p], d.e);
-    let vw = empty_as(v, [d.b, d.c, d.g, d.q, d.r * d.p], d.e);
-    let times_dt = dt.is_some();
-    let dt = dt.cloned().unwrap_or_else(|| unused(v));
-    let with_bc = b_and_c.is_some();
-    let (b_mat, c_mat, bc, cc) = match b_and_c {
-        Some((b_mat, c_mat)) => {
-            let bc = empty_as(v, [d.b, d.c, d.g, d.q, d.n], d.e);
-            let cc = empty_as(v, [d.b, d.c, d.g, d.q, d.n], d.e);
-            (b_mat, c_mat, bc, cc)
-        }
-        None => (unused(v), unused(v), unused(v), unused(v)),
+) -> Layouts<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let (x, dt) = (primitive(f.x.clone()), primitive(f.dt.clone()));
+    let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
+    let per_group = [d.b, d.c, d.g, d.q, d.r * d.p];
+    let xw = empty_as(&x, per_group, d.e);
+    let with_dy = grad_y.is_some();
+    let (grad_y, dyw) = match grad_y {
+        Some(dy) => (dy.clone(), empty_as(&x, per_group, d.e)),
+        None => (unused(&x), unused(&x)),
     };
-    let mut threads = d.b * d.c * d.q * d.h * d.p;
-    if with_bc {
-        threads = threads.max(d.b * d.c * d.q * d.g * d.n);
-    }
+    let bc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
+    let cc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
+    let threads = (d.b * d.c * d.q * d.h * d.p).max(d.b * d.c * d.q * d.g * d.n);
+    let (to_end, cs) = (&decays.to_end, &decays.cs);
     launch!(
         chunk_layouts, threads;
-        v, dt, decay, b_mat, c_mat, vc, vw, bc, cc;
-        d.sizes(), times_dt, exp_decay, with_bc, types(d.e),
+        x, dt, to_end, cs, grad_y, b_mat, c_mat, xw, dyw, bc, cc;
+        d.sizes(), with_dy, types(d.e),
     );
-    (vc, vw, with_bc.then_some((bc, cc)))
+    Layouts {
+        xw,
+        dyw: with_dy.then_some(dyw),
+        bc,
+        cc,
+    }
 }
 
-/// Step 4: each head's intra-chunk matrix `[b, c, h, q, q]`, of the operand type, from the
-/// scores `C·Bᵀ` `[b, c, g, q, q]`, with the factor `dt_s` when `dt` is given
-/// ([`kernels::decay_scores`]).
-pub(super) fn scores<R: CubeRuntime>(
-    cb: &CubeTensor<R>,
-    da: &CubeTensor<R>,
-    dt: Option<&CubeTensor<R>>,
-    d: Dims,
-) -> CubeTensor<R> {
-    let m = empty_as(cb, [d.b, d.c, d.h, d.q, d.q], d.e);
-    let times_dt = dt.is_some();
-    let dt = dt.cloned().unwrap_or_else(|| unused(cb));
-    launch!(
-        decay_scores, d.b * d.c * d.h * d.q;
-        cb, da, dt, m;
-        d.sizes(), times_dt, types(d.e),
-    );
-    m
-}
-
-/// Step 7: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
+/// Step 5: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
 /// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, of the
 /// operand type (the same tensor when that is `f32`), and the final state alone
 /// `[b, h, p, n]`.
@@ -267,18 +240,12 @@ where
         .narrow(1, first, d.c)
 }
 
-/// What the backward recomputes of the forward: the decays, the chunk layouts of `x`, `B` and
-/// `C`, the scores `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]` (in `f32`, and
-/// of the operand type).
+/// What the backward recomputes of the forward: the decays, the chunk layouts, the scores
+/// `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]` (in `f32`, and of the operand
+/// type).
 pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) decays: Decays<R>,
-    /// `x` per head `[b, c, h, q, p]`
-    pub(super) xc: CubeTensor<R>,
-    /// `x·dt·to_end` per group `[b, c, g, q, r·p]`
-    pub(super) xw: CubeTensor<R>,
-    /// `B`, `C` `[b, c, g, q, n]`
-    pub(super) bc: CubeTensor<R>,
-    pub(super) cc: CubeTensor<R>,
+    pub(super) layouts: Layouts<R>,
     pub(super) cb: CubeTensor<R>,
     pub(super) states: CubeTensor<R>,
     pub(super) states_e: CubeTensor<R>,
@@ -286,8 +253,13 @@ pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) last: CubeTensor<R>,
 }
 
-/// Steps 1 to 3, 6 and 7.
-pub(super) fn recompute<R, F, I, BT>(f: &Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Recomputed<R>
+/// Steps 1 to 5; given the output's gradient `dy`, its layout in the same launch as the
+/// others.
+pub(super) fn recompute<R, F, I, BT>(
+    f: &Inputs<CubeBackend<R, F, I, BT>>,
+    d: Dims,
+    grad_y: Option<&CubeTensor<R>>,
+) -> Recomputed<R>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -296,14 +268,11 @@ where
 {
     let tensor = rank5::<R, F, I, BT>;
     let decays = decays(f, d);
-    let dt = primitive(f.dt.clone());
-    let b_and_c = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
-    let x = primitive(f.x.clone());
-    let (xc, xw, bc) = chunk_layouts(&x, Some(&dt), &decays.to_end, false, Some(b_and_c), d);
-    let (bc, cc) = bc.expect("the layouts of B and C");
+    let layouts = layouts(f, &decays, grad_y, d);
+    let (xw, bc, cc) = (&layouts.xw, &layouts.bc, &layouts.cc);
     // step 3: C·Bᵀ once per group
     let cb = product(tensor(cc.clone()), tensor(bc.clone()).swap_dims(3, 4));
-    // step 6: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
+    // step 4: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
     let chunk_states = product(tensor(xw.clone()).swap_dims(3, 4), tensor(bc.clone()));
     let (states, states_e, last) = pass_states(
         f.initial.clone().map(primitive),
@@ -313,28 +282,12 @@ where
     );
     Recomputed {
         decays,
-        xc,
-        xw,
-        bc,
-        cc,
+        layouts,
         cb,
         states,
         states_e,
         last,
     }
-}
-
-/// The entering states' output `C · S_inᵀ` per group, `[b, c, g, q, r·p]` (step 8, without
-/// the factor `exp(cs)`).
-pub(super) fn from_entering<R, F, I, BT>(s: &Recomputed<R>, d: Dims) -> CubeTensor<R>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    let entering = chunk_slots::<R, F, I, BT>(&s.states_e, 0, d);
-    product(rank5::<R, F, I, BT>(s.cc.clone()), entering.swap_dims(3, 4))
 }
 
 /// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the final state
@@ -349,19 +302,19 @@ where
     BT: BoolElement,
 {
     let d = Dims::of(f);
-    let s = recompute(f, d);
-    let dt = primitive(f.dt.clone());
-    // steps 4 and 5: the intra-chunk output, [b, c, h, q, p]
-    let m = scores(&s.cb, &s.decays.da, Some(&dt), d);
-    let y_diag = product(rank5::<R, F, I, BT>(m), rank5(s.xc.clone()));
-    let y_off = from_entering::<R, F, I, BT>(&s, d);
-
-    // step 9: y in the input's layout
-    let y = empty_as(&y_diag, [d.b, d.l, d.h, d.p], d.e);
-    let cs = &s.decays.cs;
+    let s = recompute(f, d, None);
+    let (x, dt, c_mat) = (
+        primitive(f.x.clone()),
+        primitive(f.dt.clone()),
+        primitive(f.c_mat.clone()),
+    );
+    // step 6
+    let y = empty_as(&x, [d.b, d.l, d.h, d.p], d.e);
+    let (cb, da, cs, states) = (&s.cb, &s.decays.da, &s.decays.cs, &s.states);
+    let tiles = d.b * d.c * d.h * d.q.div_ceil(kernels::TILE) * d.p.div_ceil(kernels::TILE);
     launch!(
-        combine_output, d.b * d.l * d.h * d.p;
-        y_diag, y_off, cs, y;
+        chunk_scan, tiles tiles;
+        x, dt, c_mat, cb, da, cs, states, y;
         d.sizes(), types(d.e),
     );
     (y, s.last)

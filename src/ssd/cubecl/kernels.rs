@@ -33,8 +33,10 @@ pub(super) struct Sizes {
 
 /// The per-step log-decays `dA[t] = dt[t]·a + starts[t]·(-10⁴)` `[b, h, c·q]`, their inclusive
 /// sums within each chunk `cs` and the decay from each position to its chunk's end,
-/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One thread per
-/// `(b, h, chunk)`.
+/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One cube of `TILE²` threads
+/// per `(b, h, chunk)`, a thread per position (chunks of at most `TILE²`): both sums are
+/// scans in shared memory (Hillis and Steele's, `log₂ TILE²` steps), sums of terms, never
+/// differences.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decays<F: Float>(
@@ -52,63 +54,80 @@ pub(super) fn decays<F: Float>(
     let heads = z.heads;
     let chunks = z.chunks;
     let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * heads * chunks {
+    let cube = CUBE_POS;
+    // a whole cube leaves at once, before any synchronisation
+    if cube >= z.batch * heads * chunks {
         terminate!();
     }
-    let j = id % chunks;
-    let h = (id / chunks) % heads;
-    let b = id / (chunks * heads);
-    let row = (b * heads + h) * chunks * q;
-    let rate = a[h];
-    let mut sum = F::new(0.0);
-    for i in 0..q {
-        let t = j * q + i;
-        let mut d = F::new(0.0);
-        if t < len {
-            d = dt[(b * len + t) * heads + h] * rate;
-            if has_starts {
-                d += starts[b * len + t] * F::new(-1.0e4);
-            }
+    let j = cube % chunks;
+    let h = (cube / chunks) % heads;
+    let b = cube / (chunks * heads);
+    let i = UNIT_POS as usize;
+    let t = j * q + i;
+    let mut d = F::new(0.0);
+    if i < q && t < len {
+        d = dt[(b * len + t) * heads + h] * a[h];
+        if has_starts {
+            d += starts[b * len + t] * F::new(-1.0e4);
         }
-        da[row + t] = d;
-        sum += d;
-        cs[row + t] = sum;
     }
-    let mut seg = F::new(0.0);
-    for k in 0..q {
-        let t = j * q + q - 1 - k;
-        to_end[row + t] = seg.exp();
-        seg += da[row + t];
+    let size = TILE * TILE;
+    // inclusive sums from the start, and sums from the next position to the end
+    let mut from_start = SharedMemory::<F>::new(TILE * TILE);
+    let mut to_last = SharedMemory::<F>::new(TILE * TILE);
+    from_start[i] = d;
+    sync_cube();
+    let mut next = F::new(0.0);
+    if i + 1 < size {
+        next = from_start[i + 1];
+    }
+    to_last[i] = next;
+    sync_cube();
+    let mut offset = 1;
+    while offset < size {
+        let mut up = from_start[i];
+        if i >= offset {
+            up += from_start[i - offset];
+        }
+        let mut down = to_last[i];
+        if i + offset < size {
+            down += to_last[i + offset];
+        }
+        sync_cube();
+        from_start[i] = up;
+        to_last[i] = down;
+        sync_cube();
+        offset *= 2;
+    }
+    if i < q {
+        let at = (b * heads + h) * chunks * q + t;
+        da[at] = d;
+        cs[at] = from_start[i];
+        to_end[at] = to_last[i].exp();
     }
 }
 
-/// The chunk layouts of a `[b, l, h, p]` tensor `v` that the products read, zero-padded to
-/// `c·q` positions: per head `vc` `[b, c, h, q, p]`, and per group, scaled, `vw` `[b, c, g, q,
-/// r·p]` (the heads of a group side by side). The scale is `decay` (`exp(decay)` when
-/// `exp_decay`), times `dt` when `times_dt`: `x·dt·to_end` for the chunk states' operand of the
-/// forward, `dy·exp(cs)` for the entering states' gradients. With `with_bc`, also `B` and `C`
-/// in the chunk layout `[b, c, g, q, n]`. One thread per element of `[b, c, q, h, p]` (and of
-/// `[b, c, q, g, n]` with `with_bc`, the larger of the two counts).
+/// The chunk layouts that the products read, zero-padded to `c·q` positions, per group (the
+/// heads of a group side by side): `x·dt·to_end` `[b, c, g, q, r·p]` (the chunk states'
+/// operand), with `with_dy` `dy·exp(cs)` `[b, c, g, q, r·p]` (the entering states' gradients'),
+/// and `B` and `C` `[b, c, g, q, n]`. One thread per element of `[b, c, q, h, p]` and of `[b, c,
+/// q, g, n]` (the larger of the two counts).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-// `with_bc` is known at compile time and the bound is not: the kernel macro takes them in two
-// `if`s, not as one condition
-#[allow(clippy::collapsible_if)]
 pub(super) fn chunk_layouts<F: Float, E: Float>(
-    v: &Tensor<E>,      // [b, l, h, p]
-    dt: &Tensor<F>,     // [b, l, h] (read when times_dt)
-    decay: &Tensor<F>,  // [b, h, c·q]
-    b_mat: &Tensor<E>,  // [b, l, g, n] (read when with_bc)
-    c_mat: &Tensor<E>,  // [b, l, g, n] (read when with_bc)
-    vc: &mut Tensor<E>, // [b, c, h, q, p]
-    vw: &mut Tensor<E>, // [b, c, g, q, r·p]
-    bc: &mut Tensor<E>, // [b, c, g, q, n] (written when with_bc)
-    cc: &mut Tensor<E>, // [b, c, g, q, n] (written when with_bc)
+    x: &Tensor<E>,       // [b, l, h, p]
+    dt: &Tensor<F>,      // [b, l, h]
+    to_end: &Tensor<F>,  // [b, h, c·q]
+    cs: &Tensor<F>,      // [b, h, c·q] (read when with_dy)
+    grad_y: &Tensor<E>,  // [b, l, h, p] (read when with_dy)
+    b_mat: &Tensor<E>,   // [b, l, g, n]
+    c_mat: &Tensor<E>,   // [b, l, g, n]
+    xw: &mut Tensor<E>,  // [b, c, g, q, r·p]
+    dyw: &mut Tensor<E>, // [b, c, g, q, r·p] (written when with_dy)
+    bc: &mut Tensor<E>,  // [b, c, g, q, n]
+    cc: &mut Tensor<E>,  // [b, c, g, q, n]
     z: Sizes,
-    #[comptime] times_dt: bool,
-    #[comptime] exp_decay: bool,
-    #[comptime] with_bc: bool,
+    #[comptime] with_dy: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
@@ -126,100 +145,44 @@ pub(super) fn chunk_layouts<F: Float, E: Float>(
         let j = (id / (dim_p * heads * q)) % chunks;
         let b = id / (dim_p * heads * q * chunks);
         let t = j * q + i;
-        let mut value = F::new(0.0);
-        let mut scaled = F::new(0.0);
-        if t < len {
-            value = F::cast_from(v[((b * len + t) * heads + h) * dim_p + pp]);
-            let mut scale = decay[(b * heads + h) * chunks * q + t];
-            if exp_decay {
-                scale = scale.exp();
-            }
-            if times_dt {
-                scale *= dt[(b * len + t) * heads + h];
-            }
-            scaled = value * scale;
-        }
-        vc[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp] = E::cast_from(value);
         let r = heads / groups;
-        let g = h / r;
-        vw[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp] =
-            E::cast_from(scaled);
-    }
-    if with_bc {
-        if id < z.batch * chunks * q * groups * dim_n {
-            let nn = id % dim_n;
-            let g = (id / dim_n) % groups;
-            let i = (id / (dim_n * groups)) % q;
-            let j = (id / (dim_n * groups * q)) % chunks;
-            let b = id / (dim_n * groups * q * chunks);
-            let t = j * q + i;
-            let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
-            if t < len {
-                let src = ((b * len + t) * groups + g) * dim_n + nn;
-                bc[dst] = b_mat[src];
-                cc[dst] = c_mat[src];
-            } else {
-                bc[dst] = E::new(0.0);
-                cc[dst] = E::new(0.0);
+        let dst = (((b * chunks + j) * groups + h / r) * q + i) * r * dim_p + (h % r) * dim_p + pp;
+        let mut x_scaled = F::new(0.0);
+        let mut dy_scaled = F::new(0.0);
+        if t < len {
+            let src = ((b * len + t) * heads + h) * dim_p + pp;
+            let at = (b * heads + h) * chunks * q + t;
+            x_scaled = F::cast_from(x[src]) * dt[(b * len + t) * heads + h] * to_end[at];
+            if with_dy {
+                dy_scaled = F::cast_from(grad_y[src]) * cs[at].exp();
             }
         }
-    }
-}
-
-/// The intra-chunk matrix of each head, `M[i, s] = (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k])`,
-/// times `dt_s` when `times_dt`, for `s ≤ i` and 0 above the diagonal `[b, c, h, q, q]`, from
-/// the scores `C·Bᵀ` of its group: `y = M · x` within the chunk (`M · x̃` without `dt`). One
-/// thread per column `(b, j, h, s)`, walking down the column so that the segment sum grows by
-/// one term per row (from its own terms), and a row's threads write adjacent elements.
-#[cube(launch_unchecked, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn decay_scores<F: Float, E: Float>(
-    cb: &Tensor<F>,    // [b, c, g, q, q]
-    da: &Tensor<F>,    // [b, h, c·q]
-    dt: &Tensor<F>,    // [b, l, h] (read when times_dt)
-    m: &mut Tensor<E>, // [b, c, h, q, q]
-    z: Sizes,
-    #[comptime] times_dt: bool,
-    #[define(F, E)] _dtypes: [StorageType; 2],
-) {
-    let len = z.len;
-    let heads = z.heads;
-    let groups = z.groups;
-    let chunks = z.chunks;
-    let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * chunks * heads * q {
-        terminate!();
-    }
-    let s = id % q;
-    let h = (id / q) % heads;
-    let j = (id / (q * heads)) % chunks;
-    let b = id / (q * heads * chunks);
-    let g = h / (heads / groups);
-    let t_s = j * q + s;
-    let mut step = F::new(1.0);
-    if times_dt {
-        step = F::new(0.0);
-        if t_s < len {
-            step = dt[(b * len + t_s) * heads + h];
+        xw[dst] = E::cast_from(x_scaled);
+        if with_dy {
+            dyw[dst] = E::cast_from(dy_scaled);
         }
     }
-    let cb_block = ((b * chunks + j) * groups + g) * q * q;
-    let m_block = ((b * chunks + j) * heads + h) * q * q;
-    let row = (b * heads + h) * chunks * q + j * q;
-    for i in 0..s {
-        m[m_block + i * q + s] = E::new(0.0);
-    }
-    m[m_block + s * q + s] = E::cast_from(cb[cb_block + s * q + s] * step);
-    let mut seg = F::new(0.0);
-    for k in 0..q - 1 - s {
-        let i = s + 1 + k;
-        seg += da[row + i];
-        m[m_block + i * q + s] = E::cast_from(cb[cb_block + i * q + s] * seg.exp() * step);
+    if id < z.batch * chunks * q * groups * dim_n {
+        let nn = id % dim_n;
+        let g = (id / dim_n) % groups;
+        let i = (id / (dim_n * groups)) % q;
+        let j = (id / (dim_n * groups * q)) % chunks;
+        let b = id / (dim_n * groups * q * chunks);
+        let t = j * q + i;
+        let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
+        if t < len {
+            let src = ((b * len + t) * groups + g) * dim_n + nn;
+            bc[dst] = b_mat[src];
+            cc[dst] = c_mat[src];
+        } else {
+            bc[dst] = E::new(0.0);
+            cc[dst] = E::new(0.0);
+        }
     }
 }
 
-/// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]' `vw` with `B`):
+/// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]'
+/// `xw` with `B`):
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
 /// thread per `(b, h, p, n)`, looping over the chunks. With `with_e` (an operand type other than
@@ -272,15 +235,30 @@ pub(super) fn pass_states<F: Float, E: Float>(
     last[id] = s;
 }
 
-/// The output `y_t = y_diag + exp(Σ_{k ≤ i} dA[k]) · y_off` at time `t` (position `i` of chunk
-/// `j`), from the intra-chunk product `y_diag` `[b, c, h, q, p]` and the entering states' part
-/// `y_off = C_t · S[j]` `[b, c, g, q, r·p]`. One thread per element of `y` `[b, l, h, p]`.
+/// The side of the tiles of [`chunk_scan`]: a cube of `TILE × TILE` threads computes a
+/// `TILE × TILE` tile of a head's output.
+pub(super) const TILE: usize = 16;
+
+/// A chunk's output in the input's layout, `y` `[b, l, h, p]`, with the decay applied inside
+/// the tiles of its two products, so that no per-head `q × q` matrix reaches memory:
+/// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · C_i ·
+/// S[j]`, from the group's scores `C·Bᵀ` and the state entering the chunk. One cube of
+/// `TILE × TILE` threads per tile of rows `i` and columns `p` of a `(b, j, h)`: first the
+/// entering state's product over tiles of `n`, then the intra-chunk product over the tiles of
+/// `s` from the diagonal back to the chunk's start. Each tile's weights
+/// `(C_i · B_s) · exp(…) · dt_s` are computed once in shared memory; the segment sum of a
+/// weight is its own terms within the tile plus, carried per row, the sum of the terms of the
+/// tiles after it (sums of terms, never a difference of prefix sums).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn combine_output<F: Float, E: Float>(
-    y_diag: &Tensor<F>, // [b, c, h, q, p]
-    y_off: &Tensor<F>,  // [b, c, g, q, r·p]
+pub(super) fn chunk_scan<F: Float, E: Float>(
+    x: &Tensor<E>,      // [b, l, h, p]
+    dt: &Tensor<F>,     // [b, l, h]
+    c_mat: &Tensor<E>,  // [b, l, g, n]
+    cb: &Tensor<F>,     // [b, c, g, q, q]
+    da: &Tensor<F>,     // [b, h, c·q]
     cs: &Tensor<F>,     // [b, h, c·q]
+    states: &Tensor<F>, // [b, c+1, h, p, n]
     y: &mut Tensor<E>,  // [b, l, h, p]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
@@ -289,23 +267,108 @@ pub(super) fn combine_output<F: Float, E: Float>(
     let heads = z.heads;
     let groups = z.groups;
     let dim_p = z.dim_p;
+    let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * len * heads * dim_p {
+    let row_tiles = (q + TILE - 1) / TILE;
+    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let cube = CUBE_POS;
+    // a whole cube leaves at once, before any synchronisation
+    if cube >= z.batch * chunks * heads * row_tiles * col_tiles {
         terminate!();
     }
-    let pp = id % dim_p;
-    let h = (id / dim_p) % heads;
-    let t = (id / (dim_p * heads)) % len;
-    let b = id / (dim_p * heads * len);
-    let j = t / q;
-    let i = t % q;
-    let r = heads / groups;
-    let g = h / r;
-    let diag = y_diag[(((b * chunks + j) * heads + h) * q + i) * dim_p + pp];
-    let off = y_off[(((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p + pp];
-    y[id] = E::cast_from(diag + cs[(b * heads + h) * chunks * q + t].exp() * off);
+    let pt = cube % col_tiles;
+    let it = (cube / col_tiles) % row_tiles;
+    let h = (cube / (col_tiles * row_tiles)) % heads;
+    let j = (cube / (col_tiles * row_tiles * heads)) % chunks;
+    let b = cube / (col_tiles * row_tiles * heads * chunks);
+    let g = h / (heads / groups);
+    let ty = UNIT_POS_Y as usize;
+    let tx = UNIT_POS_X as usize;
+    let i = it * TILE + ty;
+    let pp = pt * TILE + tx;
+    let t_i = j * q + i;
+    let row = (b * heads + h) * chunks * q + j * q;
+    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut steps = SharedMemory::<F>::new(TILE);
+
+    // the entering state's part, C_i · S[j]ᵀ, over tiles of n
+    let state = ((b * (chunks + 1) + j) * heads + h) * dim_p * dim_n;
+    let mut off = F::new(0.0);
+    for nt in 0..(dim_n + TILE - 1) / TILE {
+        let n0 = nt * TILE;
+        let mut cv = F::new(0.0);
+        if i < q && t_i < len && n0 + tx < dim_n {
+            cv = F::cast_from(c_mat[((b * len + t_i) * groups + g) * dim_n + n0 + tx]);
+        }
+        lhs[ty * TILE + tx] = cv;
+        // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
+        let p_load = pt * TILE + ty;
+        let mut sv = F::new(0.0);
+        if p_load < dim_p && n0 + tx < dim_n {
+            sv = states[state + p_load * dim_n + n0 + tx];
+        }
+        rhs[tx * TILE + ty] = sv;
+        sync_cube();
+        for k in 0..TILE {
+            off += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+        }
+        sync_cube();
+    }
+
+    // the intra-chunk part, over the tiles of s from the diagonal back
+    let scores = ((b * chunks + j) * groups + g) * q * q;
+    let mut diag = F::new(0.0);
+    // Σ dA[k] for k from just after the current tile to i
+    let mut carry = F::new(0.0);
+    for back in 0..it + 1 {
+        let s0 = (it - back) * TILE;
+        if ty == 0 {
+            let mut d = F::new(0.0);
+            if s0 + tx < q {
+                d = da[row + s0 + tx];
+            }
+            steps[tx] = d;
+        }
+        let s_load = s0 + ty;
+        let mut xv = F::new(0.0);
+        if s_load < q && j * q + s_load < len && pp < dim_p {
+            xv = F::cast_from(x[((b * len + j * q + s_load) * heads + h) * dim_p + pp]);
+        }
+        rhs[ty * TILE + tx] = xv;
+        sync_cube();
+        // the weight of (i, s = s0 + tx), and the sum of this tile's terms up to i
+        let s = s0 + tx;
+        let mut inner = F::new(0.0);
+        let mut whole = F::new(0.0);
+        for k in 0..TILE {
+            let at = s0 + k;
+            if at <= i {
+                let d = steps[k];
+                whole += d;
+                if at > s {
+                    inner += d;
+                }
+            }
+        }
+        let t_s = j * q + s;
+        let mut weight = F::new(0.0);
+        if s <= i && i < q && t_s < len {
+            weight = cb[scores + i * q + s] * (inner + carry).exp() * dt[(b * len + t_s) * heads + h];
+        }
+        lhs[ty * TILE + tx] = weight;
+        carry += whole;
+        sync_cube();
+        for k in 0..TILE {
+            diag += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+        }
+        sync_cube();
+    }
+    if i < q && t_i < len && pp < dim_p {
+        y[((b * len + t_i) * heads + h) * dim_p + pp] =
+            E::cast_from(diag + cs[row + i].exp() * off);
+    }
 }
 
 /// The adjoint of the inter-chunk recurrence: `G[c] = dS_final`, `G[j] = D[j] + exp(Σ_chunk
@@ -358,86 +421,221 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
     first[id] = g;
 }
 
-/// The intra-chunk pairs' part of the gradients, per head, from `dyx[i, s] = dy_i · x_s`
-/// `[b, c, h, q, q]` (overwritten): `T[i, s] = dyx[i, s] · L[i, s] · dt_s` for `s ≤ i`, 0 above
-/// (summed over a group's heads, the gradient of its scores `C·Bᵀ`), and the spanning sums
-/// `V[k, s] = Σ_{i ≥ k} T[i, s] · CB[i, s]` for `s < k`, 0 elsewhere, `[b, c, h, q, q]`: the
-/// pairs `(s, i)` whose decay spans step `k` (`∂L/∂dA_k` has `Σ_s V[k, s]`). One thread per
-/// column `(b, j, h, s)`: down the column for `L` (from its own terms), back up for `V`.
+/// The gradients at each position from the chunk's outputs and its leaving state, with the
+/// decay applied inside the tiles of their products, so that no per-head `q × q` matrix reaches
+/// memory: `dx̃_s = Σ_{i ≥ s} M[i, s] · dy_i + to_end_s · (G · B_s)` (`M[i, s] = (C_i · B_s) ·
+/// exp(Σ_{k=s+1}^{i} dA[k])`, the intra-chunk matrix without `dt`; `G` the gradient of the state
+/// leaving the chunk), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the log-decays'
+/// gradient, each summed over one tile of `p` (`terms` `[3, b, h, c·q, ⌈p/TILE⌉]`, summed over
+/// the last axis by [`decay_scans`]): `u_s = exp(cs_s) · dy_s · (C_s · S[j])` (the entering
+/// state's output), `w_s = to_end_s · dt_s · x_s · (G · B_s)` (the chunk state's weight) and
+/// `x_s · dx̃_s` (`dt`'s gradient through `x̃ = x·dt`). One cube of `TILE × TILE` threads per
+/// tile of positions `s` and columns `p` of a `(b, j, h)`: the products over tiles of `n`, then
+/// over the tiles of `i` from the diagonal to the chunk's end, the segment sums as in
+/// [`chunk_scan`] (each weight's own terms within its tile plus, carried per row, the terms of
+/// the tiles before it).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pair_sums<F: Float>(
-    dyx: &mut Tensor<F>, // [b, c, h, q, q]: dy·xᵀ in, T out
-    cb: &Tensor<F>,      // [b, c, g, q, q]
-    da: &Tensor<F>,      // [b, h, c·q]
-    dt: &Tensor<F>,      // [b, l, h]
-    v: &mut Tensor<F>,   // [b, c, h, q, q]
+pub(super) fn chunk_scan_grads<F: Float, E: Float>(
+    x: &Tensor<E>,          // [b, l, h, p]
+    dt: &Tensor<F>,         // [b, l, h]
+    grad_y: &Tensor<E>,     // [b, l, h, p]
+    b_mat: &Tensor<E>,      // [b, l, g, n]
+    c_mat: &Tensor<E>,      // [b, l, g, n]
+    cb: &Tensor<F>,         // [b, c, g, q, q]
+    da: &Tensor<F>,         // [b, h, c·q]
+    cs: &Tensor<F>,         // [b, h, c·q]
+    to_end: &Tensor<F>,     // [b, h, c·q]
+    states: &Tensor<F>,     // [b, c+1, h, p, n]: slot j enters chunk j
+    adjoints: &Tensor<F>,   // [b, c+1, h, p, n]: slot j+1 leaves chunk j
+    grad_x: &mut Tensor<E>, // [b, l, h, p]
+    terms: &mut Tensor<F>,  // [3, b, h, c·q, ⌈p/TILE⌉]
     z: Sizes,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
     let groups = z.groups;
+    let dim_p = z.dim_p;
+    let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * chunks * heads * q {
+    let row_tiles = (q + TILE - 1) / TILE;
+    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let cube = CUBE_POS;
+    // a whole cube leaves at once, before any synchronisation
+    if cube >= z.batch * chunks * heads * row_tiles * col_tiles {
         terminate!();
     }
-    let s = id % q;
-    let h = (id / q) % heads;
-    let j = (id / (q * heads)) % chunks;
-    let b = id / (q * heads * chunks);
+    let pt = cube % col_tiles;
+    let st = (cube / col_tiles) % row_tiles;
+    let h = (cube / (col_tiles * row_tiles)) % heads;
+    let j = (cube / (col_tiles * row_tiles * heads)) % chunks;
+    let b = cube / (col_tiles * row_tiles * heads * chunks);
     let g = h / (heads / groups);
+    let ty = UNIT_POS_Y as usize;
+    let tx = UNIT_POS_X as usize;
+    let s = st * TILE + ty;
+    let pp = pt * TILE + tx;
     let t_s = j * q + s;
-    let mut step = F::new(0.0);
-    if t_s < len {
-        step = dt[(b * len + t_s) * heads + h];
-    }
-    let cb_block = ((b * chunks + j) * groups + g) * q * q;
-    let block = ((b * chunks + j) * heads + h) * q * q;
     let row = (b * heads + h) * chunks * q + j * q;
-    for i in 0..s {
-        dyx[block + i * q + s] = F::new(0.0);
+    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut lhs2 = SharedMemory::<F>::new(TILE * TILE);
+    let mut rhs2 = SharedMemory::<F>::new(TILE * TILE);
+    let mut steps = SharedMemory::<F>::new(TILE);
+
+    // B_s · Gᵀ and C_s · S[j]ᵀ, over tiles of n
+    let per_head = dim_p * dim_n;
+    let entering = ((b * (chunks + 1) + j) * heads + h) * per_head;
+    let leaving = entering + heads * per_head;
+    let mut gb = F::new(0.0);
+    let mut off = F::new(0.0);
+    for nt in 0..(dim_n + TILE - 1) / TILE {
+        let n0 = nt * TILE;
+        let mut bv = F::new(0.0);
+        let mut cv = F::new(0.0);
+        if s < q && t_s < len && n0 + tx < dim_n {
+            let at = ((b * len + t_s) * groups + g) * dim_n + n0 + tx;
+            bv = F::cast_from(b_mat[at]);
+            cv = F::cast_from(c_mat[at]);
+        }
+        lhs[ty * TILE + tx] = bv;
+        lhs2[ty * TILE + tx] = cv;
+        // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
+        let p_load = pt * TILE + ty;
+        let mut gv = F::new(0.0);
+        let mut sv = F::new(0.0);
+        if p_load < dim_p && n0 + tx < dim_n {
+            gv = adjoints[leaving + p_load * dim_n + n0 + tx];
+            sv = states[entering + p_load * dim_n + n0 + tx];
+        }
+        rhs[tx * TILE + ty] = gv;
+        rhs2[tx * TILE + ty] = sv;
+        sync_cube();
+        for k in 0..TILE {
+            gb += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+            off += lhs2[ty * TILE + k] * rhs2[k * TILE + tx];
+        }
+        sync_cube();
     }
-    for i in 0..s + 1 {
-        v[block + i * q + s] = F::new(0.0);
+
+    // Mᵀ · dy, over the tiles of i from the diagonal on
+    let scores = ((b * chunks + j) * groups + g) * q * q;
+    let mut diag = F::new(0.0);
+    // Σ dA[k] for k from s + 1 to just before the current tile
+    let mut carry = F::new(0.0);
+    for it in st..row_tiles {
+        let i0 = it * TILE;
+        if ty == 0 {
+            let mut d = F::new(0.0);
+            if i0 + tx < q {
+                d = da[row + i0 + tx];
+            }
+            steps[tx] = d;
+        }
+        let i_load = i0 + ty;
+        let mut dyv = F::new(0.0);
+        if i_load < q && j * q + i_load < len && pp < dim_p {
+            dyv = F::cast_from(grad_y[((b * len + j * q + i_load) * heads + h) * dim_p + pp]);
+        }
+        rhs[ty * TILE + tx] = dyv;
+        sync_cube();
+        // the weight M[i, s] of i = i0 + tx, and the sum of this tile's terms after s
+        let i = i0 + tx;
+        let mut inner = F::new(0.0);
+        let mut whole = F::new(0.0);
+        for k in 0..TILE {
+            let at = i0 + k;
+            if at > s {
+                let d = steps[k];
+                whole += d;
+                if at <= i {
+                    inner += d;
+                }
+            }
+        }
+        let mut weight = F::new(0.0);
+        if s <= i && i < q {
+            weight = cb[scores + i * q + s] * (carry + inner).exp();
+        }
+        lhs[ty * TILE + tx] = weight;
+        carry += whole;
+        sync_cube();
+        for k in 0..TILE {
+            diag += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+        }
+        sync_cube();
     }
-    dyx[block + s * q + s] *= step;
-    let mut seg = F::new(0.0);
-    for k in 0..q - 1 - s {
-        let i = s + 1 + k;
-        seg += da[row + i];
-        dyx[block + i * q + s] *= seg.exp() * step;
+
+    // dx, and the terms of the log-decays' gradient summed over this tile's columns
+    let mut xv = F::new(0.0);
+    let mut dyv = F::new(0.0);
+    let mut step = F::new(0.0);
+    let mut decay_end = F::new(0.0);
+    let mut decay_out = F::new(0.0);
+    if s < q && t_s < len {
+        step = dt[(b * len + t_s) * heads + h];
+        decay_end = to_end[row + s];
+        decay_out = cs[row + s].exp();
+        if pp < dim_p {
+            let at = ((b * len + t_s) * heads + h) * dim_p + pp;
+            xv = F::cast_from(x[at]);
+            dyv = F::cast_from(grad_y[at]);
+        }
     }
-    let mut acc = F::new(0.0);
-    for k in 0..q - 1 - s {
-        let i = q - 1 - k;
-        acc += dyx[block + i * q + s] * cb[cb_block + i * q + s];
-        v[block + i * q + s] = acc;
+    let dxt = diag + decay_end * gb;
+    if s < q && t_s < len && pp < dim_p {
+        grad_x[((b * len + t_s) * heads + h) * dim_p + pp] = E::cast_from(step * dxt);
+    }
+    lhs[ty * TILE + tx] = dyv * off;
+    rhs[ty * TILE + tx] = xv * gb;
+    lhs2[ty * TILE + tx] = xv * dxt;
+    sync_cube();
+    if tx == 0 && s < q {
+        let mut sum_u = F::new(0.0);
+        let mut sum_w = F::new(0.0);
+        let mut sum_x = F::new(0.0);
+        for k in 0..TILE {
+            sum_u += lhs[ty * TILE + k];
+            sum_w += rhs[ty * TILE + k];
+            sum_x += lhs2[ty * TILE + k];
+        }
+        let part = z.batch * heads * chunks * q * col_tiles;
+        let at = (row + s) * col_tiles + pt;
+        terms[at] = decay_out * sum_u;
+        terms[part + at] = decay_end * step * sum_w;
+        terms[2 * part + at] = sum_x;
     }
 }
 
-/// The gradients at each position: `dx̃ = dx̃_diag + to_end · (G · B)` (the intra-chunk
-/// product's and the chunk state's), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the
-/// log-decays' gradient `[b, h, c·q]`: `u_t = dy_t · y_off_t` (the entering state's output,
-/// `exp(cs)` included), `w_t = to_end_t · dt_t · (x_t · (G · B)_t)` (the chunk state's
-/// weight) and `xdx_t = x_t · dx̃_t` (`dt`'s gradient through `x̃`). One thread per `(b, t, h)`.
+/// The values per head and tile pair of [`score_grads`]' `spans`: the pairs' sums for the steps
+/// of the tile of `s`, for those of the tile of `i`, and the tile pair's total.
+pub(super) const SPAN_WIDTH: usize = 2 * TILE + 1;
+
+/// The gradient of the scores `C·Bᵀ` and the intra-chunk pairs' part of the log-decays'
+/// gradient, with the decay applied inside the tiles, so that no per-head `q × q` matrix reaches
+/// memory. Per head, `T[i, s] = (dy_i · x_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s` for `s ≤ i`:
+/// `grad_cb = Σ_{heads of the group} T` `[b, c, g, q, q]` (0 above the diagonal), and with
+/// `Z = T ⊙ C·Bᵀ` the sums of the pairs `(s, i)` that span each step `k` (`s < k ≤ i`), per
+/// tile pair `(I, S)` of each head (`spans` `[b, c, h, T(T+1)/2, SPAN_WIDTH]`, `T = ⌈q/TILE⌉`,
+/// the pair `I·(I+1)/2 + S`): for the steps of the tile of `s`, `Σ_{s < k} Σ_i Z[i, s]`; for
+/// those of the tile of `i`, `Σ_{i ≥ k} Σ_s Z[i, s]`; and the pair's total, which spans every
+/// step of the tiles between (on the diagonal, the first slots hold the pairs within the tile
+/// and the rest is 0). [`decay_scans`] adds them up. One cube of `TILE × TILE` threads per tile
+/// pair of a `(b, j, g)` (those above the diagonal write zeros), looping over the group's heads:
+/// `dy · xᵀ` over tiles of `p`, a segment sum from its own terms (the tiles' steps, and the sums
+/// of the tiles between).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn position_grads<F: Float, E: Float>(
-    x: &Tensor<E>,          // [b, l, h, p]
-    dt: &Tensor<F>,         // [b, l, h]
-    grad_y: &Tensor<E>,     // [b, l, h, p]
-    y_off: &Tensor<F>,      // [b, c, g, q, r·p]: C · S_inᵀ, without exp(cs)
-    cs: &Tensor<F>,         // [b, h, c·q]
-    to_end: &Tensor<F>,     // [b, h, c·q]
-    dx_diag: &Tensor<F>,    // [b, c, h, q, p]: Mᵀ · dy
-    gb: &Tensor<F>,         // [b, c, g, q, r·p]: B · Gᵀ
-    grad_x: &mut Tensor<E>, // [b, l, h, p]
-    u: &mut Tensor<F>,      // [b, h, c·q]
-    w: &mut Tensor<F>,      // [b, h, c·q]
-    xdx: &mut Tensor<F>,    // [b, h, c·q]
+pub(super) fn score_grads<F: Float, E: Float>(
+    x: &Tensor<E>,           // [b, l, h, p]
+    dt: &Tensor<F>,          // [b, l, h]
+    grad_y: &Tensor<E>,      // [b, l, h, p]
+    cb: &Tensor<F>,          // [b, c, g, q, q]
+    da: &Tensor<F>,          // [b, h, c·q]
+    grad_cb: &mut Tensor<E>, // [b, c, g, q, q]
+    spans: &mut Tensor<F>,   // [b, c, h, T(T+1)/2, SPAN_WIDTH]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -447,57 +645,221 @@ pub(super) fn position_grads<F: Float, E: Float>(
     let dim_p = z.dim_p;
     let chunks = z.chunks;
     let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * len * heads {
+    let row_tiles = (q + TILE - 1) / TILE;
+    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let cube = CUBE_POS;
+    // a whole cube leaves at once, before any synchronisation
+    if cube >= z.batch * chunks * groups * row_tiles * row_tiles {
         terminate!();
     }
-    let h = id % heads;
-    let t = (id / heads) % len;
-    let b = id / (heads * len);
-    let j = t / q;
-    let i = t % q;
-    let r = heads / groups;
-    let g = h / r;
-    let at = (b * heads + h) * chunks * q + t;
-    let decay_out = cs[at].exp();
-    let decay_end = to_end[at];
-    let step = dt[id];
-    let base = id * dim_p;
-    let diag = (((b * chunks + j) * heads + h) * q + i) * dim_p;
-    let group = (((b * chunks + j) * groups + g) * q + i) * r * dim_p + (h % r) * dim_p;
-    let mut sum_u = F::new(0.0);
-    let mut sum_w = F::new(0.0);
-    let mut sum_x = F::new(0.0);
-    for pp in 0..dim_p {
-        let xv = F::cast_from(x[base + pp]);
-        let gbv = gb[group + pp];
-        let dxt = dx_diag[diag + pp] + decay_end * gbv;
-        grad_x[base + pp] = E::cast_from(step * dxt);
-        sum_u += F::cast_from(grad_y[base + pp]) * y_off[group + pp];
-        sum_w += xv * gbv;
-        sum_x += xv * dxt;
+    let st = cube % row_tiles;
+    let it = (cube / row_tiles) % row_tiles;
+    let g = (cube / (row_tiles * row_tiles)) % groups;
+    let j = (cube / (row_tiles * row_tiles * groups)) % chunks;
+    let b = cube / (row_tiles * row_tiles * groups * chunks);
+    let ty = UNIT_POS_Y as usize;
+    let tx = UNIT_POS_X as usize;
+    let i = it * TILE + ty;
+    let s = st * TILE + tx;
+    let scores = ((b * chunks + j) * groups + g) * q * q;
+    if st > it {
+        if i < q && s < q {
+            grad_cb[scores + i * q + s] = E::new(0.0);
+        }
+        terminate!();
     }
-    u[at] = decay_out * sum_u;
-    w[at] = decay_end * step * sum_w;
-    xdx[at] = sum_x;
+    let t_i = j * q + i;
+    let t_s = j * q + s;
+    let mut score = F::new(0.0);
+    if i < q && s < q {
+        score = cb[scores + i * q + s];
+    }
+    let r = heads / groups;
+    let pairs = row_tiles * (row_tiles + 1) / 2;
+    let pair = it * (it + 1) / 2 + st;
+    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
+    let mut zt = SharedMemory::<F>::new(TILE * TILE);
+    let mut steps_i = SharedMemory::<F>::new(TILE);
+    let mut steps_s = SharedMemory::<F>::new(TILE);
+    let mut between = SharedMemory::<F>::new(TILE);
+    let mut acc = F::new(0.0);
+    for hr in 0..r {
+        let h = g * r + hr;
+        let row = (b * heads + h) * chunks * q + j * q;
+        // the steps of both tiles, and the sums of the tiles between
+        if ty == 0 {
+            let mut di = F::new(0.0);
+            if it * TILE + tx < q {
+                di = da[row + it * TILE + tx];
+            }
+            steps_i[tx] = di;
+            let mut ds = F::new(0.0);
+            if s < q {
+                ds = da[row + s];
+            }
+            steps_s[tx] = ds;
+            // tiles between the two are whole tiles of the chunk
+            let mut sum = F::new(0.0);
+            let tile = st + 1 + tx;
+            if tile < it {
+                for k in 0..TILE {
+                    sum += da[row + tile * TILE + k];
+                }
+            }
+            between[tx] = sum;
+        }
+        // dy_i · x_s over tiles of p
+        let mut dyx = F::new(0.0);
+        for pt in 0..col_tiles {
+            let p_at = pt * TILE + tx;
+            let mut dv = F::new(0.0);
+            if i < q && t_i < len && p_at < dim_p {
+                dv = F::cast_from(grad_y[((b * len + t_i) * heads + h) * dim_p + p_at]);
+            }
+            lhs[ty * TILE + tx] = dv;
+            let s_load = st * TILE + ty;
+            let mut xv = F::new(0.0);
+            if s_load < q && j * q + s_load < len && p_at < dim_p {
+                xv = F::cast_from(x[((b * len + j * q + s_load) * heads + h) * dim_p + p_at]);
+            }
+            rhs[ty * TILE + tx] = xv;
+            sync_cube();
+            for k in 0..TILE {
+                dyx += lhs[ty * TILE + k] * rhs[tx * TILE + k];
+            }
+            sync_cube();
+        }
+        // Σ_{k=s+1}^{i} dA[k] from its own terms
+        let mut seg = F::new(0.0);
+        if it == st {
+            for k in 0..TILE {
+                let at = it * TILE + k;
+                if at > s && at <= i {
+                    seg += steps_i[k];
+                }
+            }
+        } else {
+            for k in 0..TILE {
+                if st * TILE + k > s {
+                    seg += steps_s[k];
+                }
+            }
+            for k in 0..TILE {
+                if st + 1 + k < it {
+                    seg += between[k];
+                }
+            }
+            for k in 0..TILE {
+                if it * TILE + k <= i {
+                    seg += steps_i[k];
+                }
+            }
+        }
+        let mut weighted = F::new(0.0);
+        if s <= i && i < q && t_s < len {
+            weighted = dyx * seg.exp() * dt[(b * len + t_s) * heads + h];
+        }
+        acc += weighted;
+        zt[ty * TILE + tx] = weighted * score;
+        sync_cube();
+        let out = (((b * chunks + j) * heads + h) * pairs + pair) * SPAN_WIDTH;
+        if it == st {
+            // row sums before each step, then summed over the rows from the step on
+            let mut before = F::new(0.0);
+            for k in 0..TILE {
+                if k < tx {
+                    before += zt[ty * TILE + k];
+                }
+            }
+            lhs[ty * TILE + tx] = before;
+            sync_cube();
+            if ty == 0 {
+                let mut sum = F::new(0.0);
+                for k in 0..TILE {
+                    if k >= tx {
+                        sum += lhs[k * TILE + tx];
+                    }
+                }
+                spans[out + tx] = sum;
+                spans[out + TILE + tx] = F::new(0.0);
+                if tx == 0 {
+                    spans[out + 2 * TILE] = F::new(0.0);
+                }
+            }
+        } else {
+            // the column sums (over i) and the row sums (over s)
+            if ty == 0 {
+                let mut sum = F::new(0.0);
+                for k in 0..TILE {
+                    sum += zt[k * TILE + tx];
+                }
+                lhs[tx] = sum;
+            }
+            if ty == 1 {
+                let mut sum = F::new(0.0);
+                for k in 0..TILE {
+                    sum += zt[tx * TILE + k];
+                }
+                lhs[TILE + tx] = sum;
+            }
+            sync_cube();
+            if ty == 0 {
+                let mut sources = F::new(0.0);
+                let mut targets = F::new(0.0);
+                let mut total = F::new(0.0);
+                for k in 0..TILE {
+                    let column = lhs[k];
+                    total += column;
+                    if k < tx {
+                        sources += column;
+                    }
+                    if k >= tx {
+                        targets += lhs[TILE + k];
+                    }
+                }
+                spans[out + tx] = sources;
+                spans[out + TILE + tx] = targets;
+                if tx == 0 {
+                    spans[out + 2 * TILE] = total;
+                }
+            }
+        }
+        // the next head overwrites the shared tiles
+        sync_cube();
+    }
+    if i < q && s < q {
+        grad_cb[scores + i * q + s] = E::cast_from(acc);
+    }
+}
+
+/// The sum of the `parts` values of a term from `first` on (one per tile of `p`,
+/// [`chunk_scan_grads`]).
+#[cube]
+fn term<F: Float>(terms: &Tensor<F>, first: usize, parts: usize) -> F {
+    let mut sum = F::new(0.0);
+    for k in 0..parts {
+        sum += terms[first + k];
+    }
+    sum
 }
 
 /// The gradient of each step's log-decay, from the pairs (source, target) whose decay spans
 /// it, per chunk: `∂L/∂dA_k = Σ_{i ≥ k} u_i` (sources before the chunk) `+ Σ_{s < k} w_s`
-/// (targets after it) `+ pairs_k` (both in it: `Σ_s V[k, s]`) `+ exp(Σ_chunk dA) · ⟨G[j+1],
-/// S[j]⟩` (both outside); only spanning pairs are summed, so nothing cancels. Also the
-/// gradient of `dt`, `A · ∂L/∂dA + x · dx̃`, and each chunk's part of `A`'s gradient,
-/// `Σ_t ∂L/∂dA_t · dt_t` `[b, c, h]`. One thread per `(b, h, j)`, looping over the chunk twice.
+/// (targets after it) `+` the pairs within the chunk (from [`score_grads`]' `spans`) `+
+/// exp(Σ_chunk dA) · ⟨G[j+1], S[j]⟩` (both outside), with `u`, `w` and `x · dx̃` the terms of
+/// [`chunk_scan_grads`]; only spanning pairs are summed, so nothing cancels. Also the gradient
+/// of `dt`, `A · ∂L/∂dA + x · dx̃`, and each chunk's part of `A`'s gradient, `Σ_t ∂L/∂dA_t ·
+/// dt_t` `[b, c, h]`. One cube of `TILE²` threads per `(b, h, j)`, a thread per step: the sums
+/// over sources and targets are scans in shared memory, `A`'s part a tree sum.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decay_scans<F: Float>(
     a: &Tensor<F>,           // [h]
     dt: &Tensor<F>,          // [b, l, h]
     cs: &Tensor<F>,          // [b, h, c·q]
-    u: &Tensor<F>,           // [b, h, c·q]
-    w: &Tensor<F>,           // [b, h, c·q]
-    xdx: &Tensor<F>,         // [b, h, c·q]
-    pairs: &Tensor<F>,       // [b, c, h, q]
+    terms: &Tensor<F>,       // [3, b, h, c·q, ⌈p/TILE⌉]: u, w, x·dx̃ per tile of p
+    spans: &Tensor<F>,       // [b, c, h, T(T+1)/2, SPAN_WIDTH]
     outside: &Tensor<F>,     // [b, c, h]: ⟨G[j+1], S[j]⟩
     grad_da: &mut Tensor<F>, // [b, l, h]
     grad_dt: &mut Tensor<F>, // [b, l, h]
@@ -509,43 +871,99 @@ pub(super) fn decay_scans<F: Float>(
     let heads = z.heads;
     let chunks = z.chunks;
     let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id >= z.batch * heads * chunks {
+    let cube = CUBE_POS;
+    // a whole cube leaves at once, before any synchronisation
+    if cube >= z.batch * heads * chunks {
         terminate!();
     }
-    let j = id % chunks;
-    let h = (id / chunks) % heads;
-    let b = id / (chunks * heads);
+    let j = cube % chunks;
+    let h = (cube / chunks) % heads;
+    let b = cube / (chunks * heads);
+    let k = UNIT_POS as usize;
+    let size = TILE * TILE;
     let row = (b * heads + h) * chunks * q + j * q;
-    let both = ((b * chunks + j) * heads + h) * q;
+    let t = j * q + k;
+    let parts = (z.dim_p + TILE - 1) / TILE;
+    let part = z.batch * heads * chunks * q * parts;
+    // padding, at the end, has no terms
+    let mut w = F::new(0.0);
+    let mut u = F::new(0.0);
+    if k < q && t < len {
+        u = term(terms, (row + k) * parts, parts);
+        w = term(terms, part + (row + k) * parts, parts);
+    }
+    // targets after the chunk, Σ_{s<k} w_s, and sources before it, Σ_{i≥k} u_i
+    let mut targets = SharedMemory::<F>::new(TILE * TILE);
+    let mut sources = SharedMemory::<F>::new(TILE * TILE);
+    targets[k] = w;
+    sources[k] = u;
+    sync_cube();
+    let mut previous = F::new(0.0);
+    if k >= 1 {
+        previous = targets[k - 1];
+    }
+    sync_cube();
+    targets[k] = previous;
+    sync_cube();
+    let mut offset = 1;
+    while offset < size {
+        let mut up = targets[k];
+        if k >= offset {
+            up += targets[k - offset];
+        }
+        let mut down = sources[k];
+        if k + offset < size {
+            down += sources[k + offset];
+        }
+        sync_cube();
+        targets[k] = up;
+        sources[k] = down;
+        sync_cube();
+        offset *= 2;
+    }
+    // the pairs within the chunk: those of the tile pairs with the step's tile as the sources',
+    // as the targets', and of those spanning the whole tile
+    let row_tiles = (q + TILE - 1) / TILE;
+    let pairs = row_tiles * (row_tiles + 1) / 2;
+    let base = ((b * chunks + j) * heads + h) * pairs;
+    let kt = k / TILE;
+    let kx = k % TILE;
+    let mut within = F::new(0.0);
+    if k < q {
+        for ti in kt..row_tiles {
+            within += spans[(base + ti * (ti + 1) / 2 + kt) * SPAN_WIDTH + kx];
+        }
+        for ts in 0..kt {
+            within += spans[(base + kt * (kt + 1) / 2 + ts) * SPAN_WIDTH + TILE + kx];
+            for ti in kt + 1..row_tiles {
+                within += spans[(base + ti * (ti + 1) / 2 + ts) * SPAN_WIDTH + 2 * TILE];
+            }
+        }
+    }
     let out = outside[(b * chunks + j) * heads + h] * cs[row + q - 1].exp();
-    // targets after the chunk: Σ_{s<k} w_s, written first
-    // (padding, at the end, has no terms: `u`, `w` and `xdx` are not written there)
-    let mut before = F::new(0.0);
-    for i in 0..q {
-        let t = j * q + i;
-        if t < len {
-            grad_da[(b * len + t) * heads + h] = before;
-            before += w[row + i];
-        }
-    }
-    // sources before the chunk: Σ_{i≥k} u_i; both in it; both outside
-    let rate = a[h];
-    let mut after = F::new(0.0);
     let mut part_a = F::new(0.0);
-    for k in 0..q {
-        let i = q - 1 - k;
-        let t = j * q + i;
-        if t < len {
-            after += u[row + i];
-            let at = (b * len + t) * heads + h;
-            let g = grad_da[at] + after + pairs[both + i] + out;
-            grad_da[at] = g;
-            grad_dt[at] = g * rate + xdx[row + i];
-            part_a += g * dt[at];
-        }
+    if k < q && t < len {
+        let at = (b * len + t) * heads + h;
+        let g = targets[k] + sources[k] + within + out;
+        grad_da[at] = g;
+        grad_dt[at] = g * a[h] + term(terms, 2 * part + (row + k) * parts, parts);
+        part_a = g * dt[at];
     }
-    grad_a[(b * chunks + j) * heads + h] = part_a;
+    sync_cube();
+    targets[k] = part_a;
+    sync_cube();
+    let mut half = size / 2;
+    while half > 0 {
+        if k < half {
+            let other = targets[k + half];
+            targets[k] += other;
+        }
+        sync_cube();
+        half /= 2;
+    }
+    if k == 0 {
+        grad_a[(b * chunks + j) * heads + h] = targets[0];
+    }
 }
 
 /// The gradients of `B` and `C` in their input layout `[b, l, g, n]` from the chunk layout's

@@ -62,6 +62,20 @@ pub(super) fn grid<R: CubeRuntime>(like: &CubeTensor<R>, count: usize) -> (CubeC
     )
 }
 
+/// The launch grid of `cubes` cubes of `side × side` threads (the tiled kernels: a cube per
+/// tile, its threads the tile's elements).
+pub(super) fn tile_grid<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    cubes: usize,
+    side: usize,
+) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_2d(side as u32, side as u32);
+    (
+        cubecl::calculate_cube_count_elemwise(&like.client, cubes * side * side, dim),
+        dim,
+    )
+}
+
 /// The indices a launch over `tensors` needs: 64-bit once one of them holds more than 2³²
 /// elements (CubeCL's default 32-bit indices would wrap there and read the wrong element
 /// without an error), 32-bit otherwise, where they are cheaper.
@@ -73,14 +87,25 @@ pub(super) fn address_type<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> Addres
         .unwrap_or_default()
 }
 
-/// Launches the kernel `kernels::$kernel` with one thread per element of `$threads`: its
-/// tensor arguments (local variables, in the kernel's order), then its other arguments, the
+/// Launches the kernel `kernels::$kernel` with one thread per element of `$threads` (or, with
+/// `tiles $cubes`, `$cubes` cubes of `kernels::TILE × kernels::TILE` threads, [`tile_grid`]):
+/// its tensor arguments (local variables, in the kernel's order), then its other arguments, the
 /// element types last ([`f32_type`], [`types`]).
 /// The address type covers every tensor of the launch ([`address_type`]).
 macro_rules! launch {
+    ($kernel:ident, tiles $cubes:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
+        let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
+        let grid = super::launch::tile_grid(tensors[0], $cubes, super::kernels::TILE);
+        super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
+    }};
     ($kernel:ident, $threads:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
         let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
-        let (count, dim) = super::launch::grid(tensors[0], $threads);
+        let grid = super::launch::grid(tensors[0], $threads);
+        super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
+    }};
+    (@run $kernel:ident, $grid:expr, $tensors:expr; $($tensor:ident),+; $($arg:expr),*) => {{
+        let tensors = $tensors;
+        let (count, dim) = $grid;
         let address = super::launch::address_type(tensors);
         let client = tensors[0].client.clone();
         // SAFETY: every index is within its tensor: each kernel checks its thread position
