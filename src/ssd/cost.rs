@@ -17,8 +17,9 @@
 //!   heads);
 //! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
 //!   tensor cores (`f32` as TF32), `f32` outputs;
-//! - Burn's element-wise operations and copies: one thread per element of their output, 256 per
-//!   cube; its reductions: one cube of 256 threads per element of their output, each thread
+//! - the scan's tiled kernels: a cube of `TILE²` threads per tile, their multiply-adds on the
+//!   cores that are not tensor cores (no `cmma` yet);
+//! - Burn's reductions: one cube of 256 threads per element of their output, each thread
 //!   summing its share of the row before the cube combines them.
 //!
 //! Dimension letters as in [`crate::ssd`].
@@ -32,7 +33,7 @@ const KERNEL_CUBE: usize = 64;
 const TILE: usize = 16;
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
-/// The threads per cube of Burn's element-wise and reduction kernels.
+/// The threads per cube of Burn's reductions.
 const TENSOR_OP_CUBE: usize = 256;
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g`, head dimension `p`,
@@ -113,7 +114,7 @@ pub enum LaunchKind {
     /// One of the scan's own kernels that computes products tile by tile in shared memory, on
     /// the cores that are not tensor cores: its chain is its contractions, as a product's.
     Tiled,
-    /// A Burn tensor operation (a reduction, an element-wise product, a copy).
+    /// A Burn tensor operation (a reduction).
     TensorOp,
 }
 
@@ -293,13 +294,6 @@ impl Plan {
         });
     }
 
-    /// A Burn element-wise operation or copy of `elements` outputs, reading `read` bytes and
-    /// writing `written`, one FLOP per output.
-    fn elementwise(&mut self, name: &'static str, elements: usize, read: usize, written: usize) {
-        let cubes = elements.div_ceil(TENSOR_OP_CUBE);
-        self.tensor_op(name, elements, read, written, cubes, 1);
-    }
-
     /// A Burn reduction of `f32` rows: `read` elements into `written` sums.
     fn reduction(&mut self, name: &'static str, read: usize, written: usize) {
         let row = read.div_ceil(written.max(1));
@@ -332,7 +326,7 @@ impl Plan {
     }
 
     /// The forward's steps 1 to 5, which the gradient recomputes (`forward::recompute`); the
-    /// gradient also lays out `x` per head.
+    /// gradient also lays out `dy` in the layouts' launch.
     fn recompute(&mut self) {
         let ScanShape {
             b,
@@ -360,15 +354,16 @@ impl Plan {
             self.f(3 * b * h * big_l),
             2 * scan_steps,
         );
-        // the layouts of x (x·dt·to_end per group; per head for the gradient), B and C, in one
-        // launch
-        let x_layouts = if self.pass == Pass::Backward { 2 } else { 1 };
+        // the layouts of x·dt·to_end (and in the gradient of dy·exp(cs)) per group, B and C,
+        // in one launch
+        let dy = usize::from(self.pass == Pass::Backward);
         self.kernel(
-            "chunk_layouts(x, B, C)",
+            "chunk_layouts",
             (b * big_l * h * p).max(b * big_l * g * n),
-            2 * b * big_l * h * p,
-            self.e(b * l * h * p + 2 * b * l * g * n) + self.f(b * l * h + b * h * big_l),
-            self.e(x_layouts * b * big_l * h * p + 2 * b * big_l * g * n),
+            (3 + 2 * dy) * b * big_l * h * p,
+            self.e((1 + dy) * b * l * h * p + 2 * b * l * g * n)
+                + self.f(b * l * h + (1 + dy) * b * h * big_l),
+            self.e((1 + dy) * b * big_l * h * p + 2 * b * big_l * g * n),
             1,
             false,
         );
@@ -416,7 +411,10 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
     let pairs = rows * (rows + 1) / 2;
     let tile = TILE * TILE;
     // a weight: its segment's terms (two sums of the tile's), an exp, two products
-    let flops = cubes * (pairs * tile * (2 * TILE + 2 * TILE + 4) + states * tile * 2 * TILE);
+    // per tile column of (b, j, h): the tile pairs on and below the diagonal, and each row
+    // tile's tiles of n
+    let columns = b * c * h * cols;
+    let flops = columns * (pairs * tile * (4 * TILE + 4) + rows * states * tile * 2 * TILE);
     plan.tiled(
         "chunk_scan",
         LaunchKind::Tiled,
@@ -439,9 +437,9 @@ pub fn chunk_scan_product_flops(s: ScanShape) -> f64 {
         s.p.div_ceil(TILE),
         s.n.div_ceil(TILE),
     );
-    let cubes = s.b * s.c() * s.h * rows * cols;
+    let columns = s.b * s.c() * s.h * cols;
     let pairs = rows * (rows + 1) / 2;
-    (cubes * (pairs + states) * 2 * TILE * TILE * TILE) as f64
+    (columns * (pairs + rows * states) * 2 * TILE * TILE * TILE) as f64
 }
 
 /// The launches of the fused scan's gradient (`ssd/cubecl/backward.rs`), in order.
@@ -461,15 +459,6 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     let big_l = c * q;
     let states = b * (c + 1) * h * p * n;
     plan.recompute();
-    plan.kernel(
-        "chunk_layouts(dy)",
-        b * big_l * h * p,
-        3 * b * big_l * h * p,
-        plan.e(b * l * h * p) + plan.f(b * h * big_l),
-        plan.e(2 * b * big_l * h * p),
-        1,
-        false,
-    );
     plan.product("(dy·exp(cs))ᵀ·C", b * c * g, r * p, n, q);
     plan.kernel(
         "pass_adjoints",
@@ -480,14 +469,17 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         c,
         false,
     );
+    let (rows, cols, tiles_n) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
+    let tile = TILE * TILE;
+    let pairs = rows * (rows + 1) / 2;
     // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
     // B·Gᵀ and C·S_inᵀ over the tiles of n, then the weights and Mᵀ·dy over the tiles of i from
-    // the diagonal on, the terms summed over each tile's columns
-    let (rows, cols, tiles_n) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
+    // the diagonal on, the terms summed over each tile's columns; the cubes of the first tile
+    // of s also sum ⟨G_out, S_in⟩ over their elements
     let cubes = b * c * h * rows * cols;
-    let pairs = rows * (rows + 1) / 2;
-    let tile = TILE * TILE;
-    let flops = cubes * (pairs * tile * (4 * TILE + 4) + tiles_n * tile * 4 * TILE + tile * 12);
+    let columns = b * c * h * cols;
+    let flops = columns * (pairs * tile * (4 * TILE + 4) + rows * tiles_n * tile * 4 * TILE)
+        + cubes * tile * 12;
     plan.tiled(
         "chunk_scan_grads",
         LaunchKind::Tiled,
@@ -495,34 +487,22 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         flops,
         plan.e(2 * b * l * h * p + 2 * b * l * g * n)
             + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
-        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols),
+        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
         tiles_n * TILE + rows * 2 * TILE + TILE,
     );
-    plan.product("dy·xᵀ", b * c * h, q, q, p);
-    plan.kernel(
-        "pair_sums",
-        b * c * h * q,
-        6 * b * c * h * q * (q + 1) / 2,
-        plan.f(b * c * h * q * q + b * c * g * q * q + b * h * big_l + b * l * h),
-        plan.f(2 * b * c * h * q * q),
-        2 * q,
-        true,
+    // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
+    // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
+    // over the tiles of p, the weights, the pairs' sums
+    let flops = b * c * g * pairs * r * tile * (2 * TILE * cols + 7 * TILE + 4);
+    plan.tiled(
+        "score_grads",
+        LaunchKind::Tiled,
+        b * c * g * rows * rows,
+        flops,
+        plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
+        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * TILE + 1)),
+        r * (cols * TILE + 7 * TILE),
     );
-    plan.reduction(
-        "d(C·Bᵀ) sum over heads",
-        b * c * h * q * q,
-        b * c * g * q * q,
-    );
-    if s.element_bytes != 4 {
-        let scores = b * c * g * q * q;
-        let (read, written) = (plan.f(scores), plan.e(scores));
-        plan.elementwise("d(C·Bᵀ) to the operand type", scores, read, written);
-    }
-    plan.reduction("pair sums over s", b * c * h * q * q, b * c * h * q);
-    let pairs = b * c * h * p * n;
-    let (read, written) = (plan.f(2 * pairs), plan.f(pairs));
-    plan.elementwise("G_out ⊙ S_in", pairs, read, written);
-    plan.reduction("⟨G_out, S_in⟩ sum", pairs, b * c * h);
     plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
     plan.product("dB: d(C·Bᵀ)ᵀ·C", b * c * g, q, n, q);
@@ -536,14 +516,24 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         1,
         false,
     );
-    plan.kernel(
+    // a cube of TILE² threads per (b, h, chunk), a thread per step: two scans, the pairs' sums
+    // of its tile pairs, a tree sum for A
+    let steps = (TILE * TILE).ilog2() as usize;
+    let chain = 3 * cols + 3 * steps + 2 * rows + rows * rows / 4;
+    let cubes = b * h * c;
+    plan.tiled(
         "decay_scans",
-        b * h * c,
-        (6 + 3 * cols) * b * h * big_l,
-        plan.f(h + b * h * big_l * (1 + 3 * cols) + b * c * h * q + b * c * h + b * l * h),
+        LaunchKind::Kernel,
+        cubes,
+        cubes * tile * (chain + 8),
+        plan.f(
+            h + b * h * big_l * (1 + 3 * cols)
+                + b * c * h * pairs * (2 * TILE + 1)
+                + b * c * h * cols
+                + b * l * h,
+        ),
         plan.f(2 * b * l * h + b * c * h),
-        2 * q,
-        false,
+        chain,
     );
     plan.reduction("A: sum of the chunks' parts", b * c * h, h);
     plan.launches

@@ -1,17 +1,18 @@
-//! The gradient of the fused scan as matrix products and a few parallel kernels, from the
-//! inputs alone: the forward's decays, layouts, scores `C·Bᵀ` and states are recomputed
-//! ([`super::forward::recompute`]), nothing of `b·c·h·q²` elements is kept from the forward.
-//! Per chunk `j` and head, with `G[j]` the gradient of the state entering chunk `j`:
+//! The gradient of the fused scan as matrix products and parallel kernels, from the inputs
+//! alone: the forward's decays, layouts, scores `C·Bᵀ` and states are recomputed
+//! ([`super::forward::recompute`]), nothing of `b·c·h·q²` elements is kept from the forward or
+//! made here. Per chunk `j` and head, with `G[j]` the gradient of the state entering chunk `j`:
 //!
 //! - `D[j] = (dy·exp(cs))ᵀ · C`, the entering state's gradient through the chunk's outputs,
 //!   and the adjoint recurrence `G[j] = D[j] + exp(Σ_chunk dA) · G[j+1]`, `G[c] = dS_final`
 //!   ([`super::kernels::pass_adjoints`]); `G[0]` is the initial state's gradient;
 //! - `dx̃ = Mᵀ · dy + to_end · (B · G[j+1]ᵀ)`, `x̃ = x·dt` (`M` the intra-chunk matrix without
 //!   `dt`, computed tile by tile and never stored), then `dx = dt · dx̃`, with the log-decays'
-//!   terms at each position ([`super::kernels::chunk_scan_grads`], one launch);
-//! - `dy · xᵀ` per head, which weighted by the decays gives the gradient of the scores `C·Bᵀ`
-//!   (summed over a group's heads) and the intra-chunk pairs' part of the log-decays' gradient
-//!   ([`super::kernels::pair_sums`]);
+//!   terms at each position and `⟨G[j+1], S[j]⟩` ([`super::kernels::chunk_scan_grads`], one
+//!   launch);
+//! - `(dy · xᵀ) ⊙ L ⊙ dt` per head, tile by tile: summed over a group's heads, the gradient of
+//!   the scores `C·Bᵀ`; times the scores, the pairs within the chunk that span each step
+//!   ([`super::kernels::score_grads`], one launch);
 //! - `dC = (dy·exp(cs)) · S_in + d(C·Bᵀ) · B`, `dB = d(C·Bᵀ)ᵀ · C + (x·dt·to_end) · G[j+1]`,
 //!   per group ([`super::kernels::unchunk_bc`]);
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
@@ -78,14 +79,14 @@ where
         d.sizes(), with_e, types(d.e),
     );
     let adjoints_e = if with_e { adjoints_e } else { adjoints.clone() };
-    // G[j+1] and S[j] per group, [b, c, g, r·p, n] (views), in f32 and of the operand type
-    let slots = chunk_slots::<R, F, I, BT>;
-    let (leaving, leaving_e) = (slots(&adjoints, 1, d), slots(&adjoints_e, 1, d));
-    let (s_in, s_in_e) = (slots(&s.states, 0, d), slots(&s.states_e, 0, d));
+    // G[j+1] and S[j] per group, [b, c, g, r·p, n] (views) of the operand type
+    let leaving_e = chunk_slots::<R, F, I, BT>(&adjoints_e, 1, d);
+    let s_in_e = chunk_slots::<R, F, I, BT>(&s.states_e, 0, d);
 
     // x, and the log-decays' terms at each position
     let grad_x = empty_as(&x, [b, l, h, p], d.e);
     let terms = empty(&x, [3, b, h, c * q, p.div_ceil(TILE)]);
+    let outside = empty(&x, [b, c, h, p.div_ceil(TILE)]);
     let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
     let (states, adjoints_f32) = (&s.states, &adjoints);
     let (da, to_end) = (&s.decays.da, &s.decays.to_end);
@@ -93,7 +94,7 @@ where
     let rows = q.div_ceil(TILE);
     launch!(
         chunk_scan_grads, tiles b * c * h * rows * p.div_ceil(TILE);
-        x, dt, dy, b_mat, c_mat, cb, da, cs, to_end, states, adjoints_f32, grad_x, terms;
+        x, dt, dy, b_mat, c_mat, cb, da, cs, to_end, states, adjoints_f32, grad_x, terms, outside;
         d.sizes(), types(d.e),
     );
 
@@ -104,12 +105,6 @@ where
         score_grads, tiles b * c * g * rows * rows;
         x, dt, dy, cb, da, grad_cb, spans;
         d.sizes(), types(d.e),
-    );
-    // ⟨G[j+1], S[j]⟩ per (b, j, h)
-    let outside = primitive(
-        (leaving.clone() * s_in.clone())
-            .reshape([b, c, h, p * n])
-            .sum_dim(3),
     );
 
     // B and C

@@ -429,7 +429,9 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
 /// gradient, each summed over one tile of `p` (`terms` `[3, b, h, c·q, ⌈p/TILE⌉]`, summed over
 /// the last axis by [`decay_scans`]): `u_s = exp(cs_s) · dy_s · (C_s · S[j])` (the entering
 /// state's output), `w_s = to_end_s · dt_s · x_s · (G · B_s)` (the chunk state's weight) and
-/// `x_s · dx̃_s` (`dt`'s gradient through `x̃ = x·dt`). One cube of `TILE × TILE` threads per
+/// `x_s · dx̃_s` (`dt`'s gradient through `x̃ = x·dt`); and `⟨G, S[j]⟩`, the pairs across the
+/// chunk, summed over one tile of `p` (`outside` `[b, c, h, ⌈p/TILE⌉]`, by the cubes of the
+/// first tile of `s`). One cube of `TILE × TILE` threads per
 /// tile of positions `s` and columns `p` of a `(b, j, h)`: the products over tiles of `n`, then
 /// over the tiles of `i` from the diagonal to the chunk's end, the segment sums as in
 /// [`chunk_scan`] (each weight's own terms within its tile plus, carried per row, the terms of
@@ -450,6 +452,7 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     adjoints: &Tensor<F>,   // [b, c+1, h, p, n]: slot j+1 leaves chunk j
     grad_x: &mut Tensor<E>, // [b, l, h, p]
     terms: &mut Tensor<F>,  // [3, b, h, c·q, ⌈p/TILE⌉]
+    outside: &mut Tensor<F>, // [b, c, h, ⌈p/TILE⌉]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -491,6 +494,8 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let leaving = entering + heads * per_head;
     let mut gb = F::new(0.0);
     let mut off = F::new(0.0);
+    // ⟨G, S[j]⟩ over this cube's elements: read once by the cubes of the first tile of s
+    let mut dot = F::new(0.0);
     for nt in 0..(dim_n + TILE - 1) / TILE {
         let n0 = nt * TILE;
         let mut bv = F::new(0.0);
@@ -512,10 +517,30 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         }
         rhs[tx * TILE + ty] = gv;
         rhs2[tx * TILE + ty] = sv;
+        dot += gv * sv;
         sync_cube();
         for k in 0..TILE {
             gb += lhs[ty * TILE + k] * rhs[k * TILE + tx];
             off += lhs2[ty * TILE + k] * rhs2[k * TILE + tx];
+        }
+        sync_cube();
+    }
+    if st == 0 {
+        // the cube's sum, a tree in shared memory
+        let unit = ty * TILE + tx;
+        lhs[unit] = dot;
+        sync_cube();
+        let mut offset = 1;
+        while offset < TILE * TILE {
+            if unit % (2 * offset) == 0 && unit + offset < TILE * TILE {
+                let other = lhs[unit + offset];
+                lhs[unit] += other;
+            }
+            sync_cube();
+            offset *= 2;
+        }
+        if unit == 0 {
+            outside[((b * chunks + j) * heads + h) * col_tiles + pt] = lhs[0];
         }
         sync_cube();
     }
@@ -860,7 +885,7 @@ pub(super) fn decay_scans<F: Float>(
     cs: &Tensor<F>,          // [b, h, c·q]
     terms: &Tensor<F>,       // [3, b, h, c·q, ⌈p/TILE⌉]: u, w, x·dx̃ per tile of p
     spans: &Tensor<F>,       // [b, c, h, T(T+1)/2, SPAN_WIDTH]
-    outside: &Tensor<F>,     // [b, c, h]: ⟨G[j+1], S[j]⟩
+    outside: &Tensor<F>,     // [b, c, h, ⌈p/TILE⌉]: ⟨G[j+1], S[j]⟩ per tile of p
     grad_da: &mut Tensor<F>, // [b, l, h]
     grad_dt: &mut Tensor<F>, // [b, l, h]
     grad_a: &mut Tensor<F>,  // [b, c, h]: this chunk's part
@@ -940,7 +965,7 @@ pub(super) fn decay_scans<F: Float>(
             }
         }
     }
-    let out = outside[(b * chunks + j) * heads + h] * cs[row + q - 1].exp();
+    let out = term(outside, ((b * chunks + j) * heads + h) * parts, parts) * cs[row + q - 1].exp();
     let mut part_a = F::new(0.0);
     if k < q && t < len {
         let at = (b * len + t) * heads + h;
@@ -952,14 +977,14 @@ pub(super) fn decay_scans<F: Float>(
     sync_cube();
     targets[k] = part_a;
     sync_cube();
-    let mut half = size / 2;
-    while half > 0 {
-        if k < half {
-            let other = targets[k + half];
+    let mut offset = 1;
+    while offset < size {
+        if k % (2 * offset) == 0 && k + offset < size {
+            let other = targets[k + offset];
             targets[k] += other;
         }
         sync_cube();
-        half /= 2;
+        offset *= 2;
     }
     if k == 0 {
         grad_a[(b * chunks + j) * heads + h] = targets[0];
