@@ -1,5 +1,5 @@
-//! A cost model of the fused CubeCL scan (`ssd::cubecl`): one [`Launch`] per kernel, matrix
-//! product and tensor operation that its forward and its gradient issue, in their order, with
+//! A cost model of the fused CubeCL scan (`ssd::cubecl`): one [`Launch`] per kernel and matrix
+//! product that its forward and its gradient issue, in their order, with
 //! the work each does, and an estimate of its time on a GPU at stated peak rates
 //! ([`Rates`]). It mirrors `ssd/cubecl/forward.rs` and `backward.rs` step by step and changes
 //! with them; `bench --mode ssd-cost` prints it, and tests hold its budgets.
@@ -19,8 +19,6 @@
 //!   tensor cores (`f32` as TF32), `f32` outputs;
 //! - the scan's tiled kernels: a cube of `TILE²` threads per tile, their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
-//! - Burn's reductions: one cube of 256 threads per element of their output, each thread
-//!   summing its share of the row before the cube combines them.
 //!
 //! Dimension letters as in [`crate::ssd`].
 
@@ -33,8 +31,6 @@ const KERNEL_CUBE: usize = 64;
 const TILE: usize = 16;
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
-/// The threads per cube of Burn's reductions.
-const TENSOR_OP_CUBE: usize = 256;
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g`, head dimension `p`,
 /// state dimension `n`, chunk length `q`, and whether it has an initial state, document
@@ -114,8 +110,6 @@ pub enum LaunchKind {
     /// One of the scan's own kernels that computes products tile by tile in shared memory, on
     /// the cores that are not tensor cores: its chain is its contractions, as a product's.
     Tiled,
-    /// A Burn tensor operation (a reduction).
-    TensorOp,
 }
 
 /// One launch and its work.
@@ -125,11 +119,11 @@ pub struct Launch {
     pub name: &'static str,
     /// The forward or the gradient.
     pub pass: Pass,
-    /// A product, a kernel of the scan or a Burn tensor operation.
+    /// A product or a kernel of the scan.
     pub kind: LaunchKind,
     /// FLOPs on tensor cores (the products' multiply-adds, 2 each).
     pub product_flops: f64,
-    /// FLOPs off tensor cores (the kernels' and tensor operations' arithmetic, `exp` as one).
+    /// FLOPs off tensor cores (the kernels' arithmetic, `exp` as one).
     pub other_flops: f64,
     /// Bytes read from memory.
     pub bytes_read: f64,
@@ -294,39 +288,8 @@ impl Plan {
         });
     }
 
-    /// A Burn reduction of `f32` rows: `read` elements into `written` sums.
-    fn reduction(&mut self, name: &'static str, read: usize, written: usize) {
-        let row = read.div_ceil(written.max(1));
-        let (bytes_read, bytes_written) = (self.f(read), self.f(written));
-        let serial = row.div_ceil(TENSOR_OP_CUBE) + 8;
-        self.tensor_op(name, read, bytes_read, bytes_written, written, serial);
-    }
-
-    fn tensor_op(
-        &mut self,
-        name: &'static str,
-        flops: usize,
-        read: usize,
-        written: usize,
-        cubes: usize,
-        serial: usize,
-    ) {
-        self.launches.push(Launch {
-            name,
-            pass: self.pass,
-            kind: LaunchKind::TensorOp,
-            product_flops: 0.0,
-            other_flops: flops as f64,
-            bytes_read: read as f64,
-            bytes_written: written as f64,
-            cubes,
-            serial,
-            per_head_square: false,
-        });
-    }
-
     /// The forward's steps 1 to 5, which the gradient recomputes (`forward::recompute`); the
-    /// gradient also lays out `dy` in the layouts' launch.
+    /// gradient also lays out `dy` in the first launch.
     fn recompute(&mut self) {
         let ScanShape {
             b,
@@ -341,31 +304,23 @@ impl Plan {
         let (c, r) = (self.s.c(), self.s.r());
         let big_l = c * q;
         let starts = if self.s.documents { b * l } else { 0 };
-        // a cube of TILE² threads per (b, h, chunk): dA, its sums in the chunk and the decay to
-        // the chunk's end, two scans of log₂ TILE² steps
+        // a cube of TILE² threads per (b, chunk, h): dA, its sums in the chunk and the decay to
+        // the chunk's end (two scans of log₂ TILE² steps), then the head's columns of the
+        // layouts of x·dt·to_end (and in the gradient of dy·exp(cs)) per group, and from the
+        // first head of each group B and C, the cube's threads striding over them
+        let dy = usize::from(self.pass == Pass::Backward);
         let scan_steps = (TILE * TILE).ilog2() as usize;
-        let cubes = b * h * c;
+        let cubes = b * c * h;
+        let chain = 2 * scan_steps + (q * p).div_ceil(TILE * TILE) + (q * n).div_ceil(TILE * TILE);
         self.tiled(
-            "decays",
+            "chunk_prep",
             LaunchKind::Kernel,
             cubes,
-            cubes * TILE * TILE * (2 * scan_steps + 4),
-            self.f(b * l * h + h + starts),
-            self.f(3 * b * h * big_l),
-            2 * scan_steps,
-        );
-        // the layouts of x·dt·to_end (and in the gradient of dy·exp(cs)) per group, B and C,
-        // in one launch
-        let dy = usize::from(self.pass == Pass::Backward);
-        self.kernel(
-            "chunk_layouts",
-            (b * big_l * h * p).max(b * big_l * g * n),
-            (3 + 2 * dy) * b * big_l * h * p,
-            self.e((1 + dy) * b * l * h * p + 2 * b * l * g * n)
-                + self.f(b * l * h + (1 + dy) * b * h * big_l),
-            self.e((1 + dy) * b * big_l * h * p + 2 * b * big_l * g * n),
-            1,
-            false,
+            cubes * TILE * TILE * (2 * scan_steps + 6) + (2 + 2 * dy) * b * big_l * h * p,
+            self.f(b * l * h + h + starts)
+                + self.e((1 + dy) * b * l * h * p + 2 * b * l * g * n),
+            self.f(3 * b * h * big_l) + self.e((1 + dy) * b * big_l * h * p + 2 * b * big_l * g * n),
+            chain,
         );
         self.product("C·Bᵀ", b * c * g, q, q, n);
         self.product("chunk states (x·dt·to_end)ᵀ·B", b * c * g, r * p, n, q);
@@ -507,15 +462,6 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
     plan.product("dB: d(C·Bᵀ)ᵀ·C", b * c * g, q, n, q);
     plan.product("dB: (x·dt·to_end)·G_out", b * c * g, q, n, r * p);
-    plan.kernel(
-        "unchunk_bc",
-        b * l * g * n,
-        2 * b * l * g * n,
-        plan.f(4 * b * big_l * g * n),
-        plan.e(2 * b * l * g * n),
-        1,
-        false,
-    );
     // a cube of TILE² threads per (b, h, chunk), a thread per step: two scans, the pairs' sums
     // of its tile pairs, a tree sum for A
     let steps = (TILE * TILE).ilog2() as usize;
@@ -535,7 +481,16 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         plan.f(2 * b * l * h + b * c * h),
         chain,
     );
-    plan.reduction("A: sum of the chunks' parts", b * c * h, h);
+    // B and C in their layout, and the sum of A's parts
+    plan.kernel(
+        "unchunk",
+        (b * l * g * n).max(h),
+        2 * b * l * g * n + b * c * h,
+        plan.f(4 * b * big_l * g * n + b * c * h),
+        plan.e(2 * b * l * g * n) + plan.f(h),
+        (b * c).max(1),
+        false,
+    );
     plan.launches
 }
 

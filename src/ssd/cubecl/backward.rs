@@ -14,9 +14,10 @@
 //!   the scores `C·Bᵀ`; times the scores, the pairs within the chunk that span each step
 //!   ([`super::kernels::score_grads`], one launch);
 //! - `dC = (dy·exp(cs)) · S_in + d(C·Bᵀ) · B`, `dB = d(C·Bᵀ)ᵀ · C + (x·dt·to_end) · G[j+1]`,
-//!   per group ([`super::kernels::unchunk_bc`]);
+//!   per group, then in their input layout ([`super::kernels::unchunk`], which also sums
+//!   `A`'s gradient);
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
-//!   and from it those of `dt` and `A`.
+//!   and from it those of `dt` and of `A` (per chunk).
 //!
 //! Types as in the forward: the products' operands (the layouts, the states and adjoint states
 //! as operands, the scores' gradient) in the model's type, every sum in `f32`; the
@@ -113,34 +114,31 @@ where
     let grad_c2 = product(grad_cb.clone(), tensor(layouts.bc.clone()));
     let grad_b1 = product(grad_cb.swap_dims(3, 4), tensor(layouts.cc.clone()));
     let grad_b2 = product(tensor(layouts.xw.clone()), leaving_e);
-    let grad_b = empty_as(&x, [b, l, g, n], d.e);
-    let grad_c = empty_as(&x, [b, l, g, n], d.e);
-    launch!(
-        unchunk_bc, b * l * g * n;
-        grad_b1, grad_b2, grad_c1, grad_c2, grad_b, grad_c;
-        d.sizes(), types(d.e),
-    );
-
-    // the log-decays, dt and A
+    // the log-decays, dt and A's parts per chunk
     let grad_da = empty(&x, [b, l, h]);
     let grad_dt = empty(&x, [b, l, h]);
-    let grad_a = empty(&x, [b, c, h]);
+    let parts_a = empty(&x, [b, c, h]);
     let a = primitive(f.a.clone());
     launch!(
         decay_scans, tiles b * h * c;
-        a, dt, cs, terms, spans, outside, grad_da, grad_dt, grad_a;
+        a, dt, cs, terms, spans, outside, grad_da, grad_dt, parts_a;
         d.sizes(), f32_type(),
     );
-    // A's gradient, Σ over rows and chunks of each chunk's part
-    let grad_a = float::<CubeBackend<R, F, I, BT>, 3>(grad_a)
-        .reshape([b * c, h])
-        .sum_dim(0)
-        .reshape([h]);
+
+    // B and C in their layout, A
+    let grad_b = empty_as(&x, [b, l, g, n], d.e);
+    let grad_c = empty_as(&x, [b, l, g, n], d.e);
+    let grad_a = empty(&x, [h]);
+    launch!(
+        unchunk, (b * l * g * n).max(h);
+        grad_b1, grad_b2, grad_c1, grad_c2, parts_a, grad_b, grad_c, grad_a;
+        d.sizes(), types(d.e),
+    );
     let grad_initial = f.initial.as_ref().map(|_| float(first));
     Grads {
         x: float(grad_x),
         dt: float(grad_dt),
-        a: grad_a,
+        a: float(grad_a),
         b_mat: float(grad_b),
         c_mat: float(grad_c),
         initial: grad_initial,

@@ -4,10 +4,9 @@
 //! passing, the layouts) and for the output, whose decay is applied inside the tiles of its
 //! products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
 //!
-//! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end
-//!    ([`kernels::decays`]);
-//! 2. the chunk layouts: `x·dt·to_end` per group, `B` and `C` ([`kernels::chunk_layouts`],
-//!    one launch; the gradient also lays out `x` per head);
+//! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end;
+//! 2. the chunk layouts: `x·dt·to_end` per group, `B` and `C` (the gradient also lays out
+//!    `dy·exp(cs)`): with step 1, one launch ([`kernels::chunk_prep`]);
 //! 3. the scores `C·Bᵀ`, once per group (a product);
 //! 4. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product);
 //! 5. the states entering each chunk ([`kernels::pass_states`]);
@@ -27,7 +26,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::inputs::Inputs;
 use super::kernels;
-use super::launch::{empty, empty_as, f32_type, launch, types, unused};
+use super::launch::{empty, empty_as, launch, types, unused};
 use crate::ssd::backend::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
@@ -109,39 +108,16 @@ where
     .unwrap_or_else(|e| panic!("the scan's product {lhs_dims:?} · {rhs_dims:?}: {e:?}"))
 }
 
-/// The log-decays of [`kernels::decays`] in forward time: `dA`, their inclusive sums within
-/// each chunk and the decay from each position to its chunk's end, `[b, h, c·q]` each.
+/// The log-decays in forward time: `dA`, their inclusive sums within each chunk and the decay
+/// from each position to its chunk's end, `[b, h, c·q]` each.
 pub(super) struct Decays<R: CubeRuntime> {
     pub(super) da: CubeTensor<R>,
     pub(super) cs: CubeTensor<R>,
     pub(super) to_end: CubeTensor<R>,
 }
 
-/// Step 1: the log-decays of `f`.
-pub(super) fn decays<R, F, I, BT>(f: &Inputs<CubeBackend<R, F, I, BT>>, d: Dims) -> Decays<R>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    let dt = primitive(f.dt.clone());
-    let a = primitive(f.a.clone());
-    let has_starts = f.starts.is_some();
-    let starts = f.starts.clone().map_or_else(|| unused(&dt), primitive);
-    let size = [d.b, d.h, d.c * d.q];
-    let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
-    launch!(
-        decays, tiles d.b * d.h * d.c;
-        dt, a, starts, da, cs, to_end;
-        d.sizes(), has_starts, f32_type(),
-    );
-    Decays { da, cs, to_end }
-}
-
-/// Step 2: the chunk layouts of [`kernels::chunk_layouts`] in one launch, of the operand type:
-/// `x·dt·to_end` and, given the output's gradient `dy`, `dy·exp(cs)`, per group `[b, c, g, q,
-/// r·p]`; `B` and `C` `[b, c, g, q, n]`.
+/// The chunk layouts, of the operand type: `x·dt·to_end` and, given the output's gradient
+/// `dy`, `dy·exp(cs)`, per group `[b, c, g, q, r·p]`; `B` and `C` `[b, c, g, q, n]`.
 pub(super) struct Layouts<R: CubeRuntime> {
     pub(super) xw: CubeTensor<R>,
     pub(super) dyw: Option<CubeTensor<R>>,
@@ -149,20 +125,28 @@ pub(super) struct Layouts<R: CubeRuntime> {
     pub(super) cc: CubeTensor<R>,
 }
 
-fn layouts<R, F, I, BT>(
+/// Steps 1 and 2 in one launch ([`kernels::chunk_prep`]).
+fn prepare<R, F, I, BT>(
     f: &Inputs<CubeBackend<R, F, I, BT>>,
-    decays: &Decays<R>,
     grad_y: Option<&CubeTensor<R>>,
     d: Dims,
-) -> Layouts<R>
+) -> (Decays<R>, Layouts<R>)
 where
     R: CubeRuntime,
     F: FloatElement,
     I: IntElement,
     BT: BoolElement,
 {
-    let (x, dt) = (primitive(f.x.clone()), primitive(f.dt.clone()));
+    let (x, dt, a) = (
+        primitive(f.x.clone()),
+        primitive(f.dt.clone()),
+        primitive(f.a.clone()),
+    );
     let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
+    let has_starts = f.starts.is_some();
+    let starts = f.starts.clone().map_or_else(|| unused(&dt), primitive);
+    let size = [d.b, d.h, d.c * d.q];
+    let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
     let per_group = [d.b, d.c, d.g, d.q, d.r * d.p];
     let xw = empty_as(&x, per_group, d.e);
     let with_dy = grad_y.is_some();
@@ -172,19 +156,20 @@ where
     };
     let bc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
     let cc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
-    let threads = (d.b * d.c * d.q * d.h * d.p).max(d.b * d.c * d.q * d.g * d.n);
-    let (to_end, cs) = (&decays.to_end, &decays.cs);
     launch!(
-        chunk_layouts, threads;
-        x, dt, to_end, cs, grad_y, b_mat, c_mat, xw, dyw, bc, cc;
-        d.sizes(), with_dy, types(d.e),
+        chunk_prep, tiles d.b * d.c * d.h;
+        x, dt, a, starts, grad_y, b_mat, c_mat, da, cs, to_end, xw, dyw, bc, cc;
+        d.sizes(), has_starts, with_dy, types(d.e),
     );
-    Layouts {
-        xw,
-        dyw: with_dy.then_some(dyw),
-        bc,
-        cc,
-    }
+    (
+        Decays { da, cs, to_end },
+        Layouts {
+            xw,
+            dyw: with_dy.then_some(dyw),
+            bc,
+            cc,
+        },
+    )
 }
 
 /// Step 5: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
@@ -267,8 +252,7 @@ where
     BT: BoolElement,
 {
     let tensor = rank5::<R, F, I, BT>;
-    let decays = decays(f, d);
-    let layouts = layouts(f, &decays, grad_y, d);
+    let (decays, layouts) = prepare(f, grad_y, d);
     let (xw, bc, cc) = (&layouts.xw, &layouts.bc, &layouts.cc);
     // step 3: C·Bᵀ once per group
     let cb = product(tensor(cc.clone()), tensor(bc.clone()).swap_dims(3, 4));

@@ -31,47 +31,66 @@ pub(super) struct Sizes {
     pub(super) q: usize,
 }
 
-/// The per-step log-decays `dA[t] = dt[t]·a + starts[t]·(-10⁴)` `[b, h, c·q]`, their inclusive
-/// sums within each chunk `cs` and the decay from each position to its chunk's end,
-/// `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (both `[b, h, c·q]`). One cube of `TILE²` threads
-/// per `(b, h, chunk)`, a thread per position (chunks of at most `TILE²`): both sums are
-/// scans in shared memory (Hillis and Steele's, `log₂ TILE²` steps), sums of terms, never
-/// differences.
+/// What every later launch reads of a chunk, for one head: the per-step log-decays `dA[t] =
+/// dt[t]·a + starts[t]·(-10⁴)`, their inclusive sums within the chunk `cs` and the decay from
+/// each position to the chunk's end `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (all `[b, h,
+/// c·q]`); the head's columns of the chunk layouts that the products read, zero-padded to `c·q`
+/// positions, per group (the heads of a group side by side): `x·dt·to_end` `[b, c, g, q, r·p]`
+/// (the chunk states' operand) and, with `with_dy`, `dy·exp(cs)` `[b, c, g, q, r·p]` (the
+/// entering states' gradients'); and, from the first head of each group, `B` and `C` `[b, c, g,
+/// q, n]`. One cube of `TILE²` threads per `(b, chunk, h)`, a thread per position for the
+/// decays (chunks of at most `TILE²`): both sums are scans in shared memory (Hillis and
+/// Steele's, `log₂ TILE²` steps), sums of terms, never differences; then the cube's threads
+/// stride over the chunk's elements.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn decays<F: Float>(
+pub(super) fn chunk_prep<F: Float, E: Float>(
+    x: &Tensor<E>,          // [b, l, h, p]
     dt: &Tensor<F>,         // [b, l, h]
     a: &Tensor<F>,          // [h]
     starts: &Tensor<F>,     // [b, l] (read when has_starts)
+    grad_y: &Tensor<E>,     // [b, l, h, p] (read when with_dy)
+    b_mat: &Tensor<E>,      // [b, l, g, n]
+    c_mat: &Tensor<E>,      // [b, l, g, n]
     da: &mut Tensor<F>,     // [b, h, c·q]
     cs: &mut Tensor<F>,     // [b, h, c·q]
     to_end: &mut Tensor<F>, // [b, h, c·q]
+    xw: &mut Tensor<E>,     // [b, c, g, q, r·p]
+    dyw: &mut Tensor<E>,    // [b, c, g, q, r·p] (written when with_dy)
+    bc: &mut Tensor<E>,     // [b, c, g, q, n]
+    cc: &mut Tensor<E>,     // [b, c, g, q, n]
     z: Sizes,
     #[comptime] has_starts: bool,
-    #[define(F)] _dtype: StorageType,
+    #[comptime] with_dy: bool,
+    #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = z.len;
     let heads = z.heads;
+    let groups = z.groups;
+    let dim_p = z.dim_p;
+    let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
     let cube = CUBE_POS;
     // a whole cube leaves at once, before any synchronisation
-    if cube >= z.batch * heads * chunks {
+    if cube >= z.batch * chunks * heads {
         terminate!();
     }
-    let j = cube % chunks;
-    let h = (cube / chunks) % heads;
-    let b = cube / (chunks * heads);
+    let h = cube % heads;
+    let j = (cube / heads) % chunks;
+    let b = cube / (heads * chunks);
     let i = UNIT_POS as usize;
     let t = j * q + i;
+    let size = TILE * TILE;
+    let mut step = F::new(0.0);
     let mut d = F::new(0.0);
     if i < q && t < len {
-        d = dt[(b * len + t) * heads + h] * a[h];
+        step = dt[(b * len + t) * heads + h];
+        d = step * a[h];
         if has_starts {
             d += starts[b * len + t] * F::new(-1.0e4);
         }
     }
-    let size = TILE * TILE;
     // inclusive sums from the start, and sums from the next position to the end
     let mut from_start = SharedMemory::<F>::new(TILE * TILE);
     let mut to_last = SharedMemory::<F>::new(TILE * TILE);
@@ -99,89 +118,67 @@ pub(super) fn decays<F: Float>(
         sync_cube();
         offset *= 2;
     }
+    // each position's scales of x and dy
+    let decay_end = to_last[i].exp();
+    let decay_out = from_start[i].exp();
     if i < q {
         let at = (b * heads + h) * chunks * q + t;
         da[at] = d;
         cs[at] = from_start[i];
-        to_end[at] = to_last[i].exp();
+        to_end[at] = decay_end;
     }
-}
+    let mut x_scale = SharedMemory::<F>::new(TILE * TILE);
+    let mut dy_scale = SharedMemory::<F>::new(TILE * TILE);
+    x_scale[i] = step * decay_end;
+    dy_scale[i] = decay_out;
+    sync_cube();
 
-/// The chunk layouts that the products read, zero-padded to `c·q` positions, per group (the
-/// heads of a group side by side): `x·dt·to_end` `[b, c, g, q, r·p]` (the chunk states'
-/// operand), with `with_dy` `dy·exp(cs)` `[b, c, g, q, r·p]` (the entering states' gradients'),
-/// and `B` and `C` `[b, c, g, q, n]`. One thread per element of `[b, c, q, h, p]` and of `[b, c,
-/// q, g, n]` (the larger of the two counts).
-#[cube(launch_unchecked, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_layouts<F: Float, E: Float>(
-    x: &Tensor<E>,       // [b, l, h, p]
-    dt: &Tensor<F>,      // [b, l, h]
-    to_end: &Tensor<F>,  // [b, h, c·q]
-    cs: &Tensor<F>,      // [b, h, c·q] (read when with_dy)
-    grad_y: &Tensor<E>,  // [b, l, h, p] (read when with_dy)
-    b_mat: &Tensor<E>,   // [b, l, g, n]
-    c_mat: &Tensor<E>,   // [b, l, g, n]
-    xw: &mut Tensor<E>,  // [b, c, g, q, r·p]
-    dyw: &mut Tensor<E>, // [b, c, g, q, r·p] (written when with_dy)
-    bc: &mut Tensor<E>,  // [b, c, g, q, n]
-    cc: &mut Tensor<E>,  // [b, c, g, q, n]
-    z: Sizes,
-    #[comptime] with_dy: bool,
-    #[define(F, E)] _dtypes: [StorageType; 2],
-) {
-    let len = z.len;
-    let heads = z.heads;
-    let groups = z.groups;
-    let dim_p = z.dim_p;
-    let dim_n = z.dim_n;
-    let chunks = z.chunks;
-    let q = z.q;
-    let id = ABSOLUTE_POS;
-    if id < z.batch * chunks * q * heads * dim_p {
-        let pp = id % dim_p;
-        let h = (id / dim_p) % heads;
-        let i = (id / (dim_p * heads)) % q;
-        let j = (id / (dim_p * heads * q)) % chunks;
-        let b = id / (dim_p * heads * q * chunks);
-        let t = j * q + i;
-        let r = heads / groups;
-        let dst = (((b * chunks + j) * groups + h / r) * q + i) * r * dim_p + (h % r) * dim_p + pp;
+    // the head's columns of the layouts per group
+    let r = heads / groups;
+    let g = h / r;
+    let block = ((b * chunks + j) * groups + g) * q;
+    let mut e = UNIT_POS as usize;
+    while e < q * dim_p {
+        let pos = e / dim_p;
+        let pp = e % dim_p;
+        let tt = j * q + pos;
+        let dst = (block + pos) * r * dim_p + (h % r) * dim_p + pp;
         let mut x_scaled = F::new(0.0);
         let mut dy_scaled = F::new(0.0);
-        if t < len {
-            let src = ((b * len + t) * heads + h) * dim_p + pp;
-            let at = (b * heads + h) * chunks * q + t;
-            x_scaled = F::cast_from(x[src]) * dt[(b * len + t) * heads + h] * to_end[at];
+        if tt < len {
+            let src = ((b * len + tt) * heads + h) * dim_p + pp;
+            x_scaled = F::cast_from(x[src]) * x_scale[pos];
             if with_dy {
-                dy_scaled = F::cast_from(grad_y[src]) * cs[at].exp();
+                dy_scaled = F::cast_from(grad_y[src]) * dy_scale[pos];
             }
         }
         xw[dst] = E::cast_from(x_scaled);
         if with_dy {
             dyw[dst] = E::cast_from(dy_scaled);
         }
+        e += size;
     }
-    if id < z.batch * chunks * q * groups * dim_n {
-        let nn = id % dim_n;
-        let g = (id / dim_n) % groups;
-        let i = (id / (dim_n * groups)) % q;
-        let j = (id / (dim_n * groups * q)) % chunks;
-        let b = id / (dim_n * groups * q * chunks);
-        let t = j * q + i;
-        let dst = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
-        if t < len {
-            let src = ((b * len + t) * groups + g) * dim_n + nn;
-            bc[dst] = b_mat[src];
-            cc[dst] = c_mat[src];
-        } else {
-            bc[dst] = E::new(0.0);
-            cc[dst] = E::new(0.0);
+    // B and C, once per group
+    if h % r == 0 {
+        let mut e = UNIT_POS as usize;
+        while e < q * dim_n {
+            let pos = e / dim_n;
+            let tt = j * q + pos;
+            let dst = block * dim_n + e;
+            if tt < len {
+                let src = ((b * len + tt) * groups + g) * dim_n + e % dim_n;
+                bc[dst] = b_mat[src];
+                cc[dst] = c_mat[src];
+            } else {
+                bc[dst] = E::new(0.0);
+                cc[dst] = E::new(0.0);
+            }
+            e += size;
         }
     }
 }
 
-/// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_layouts`]'
+/// The inter-chunk recurrence from the chunk states from zero (a product of [`chunk_prep`]'s
 /// `xw` with `B`):
 /// `S[0] = initial`, `S[j+1] = exp(Σ_chunk dA) · S[j] + chunk[j]` into `states`
 /// `[b, c+1, h, p, n]` (slot `j` the state entering chunk `j`, slot `c` the final state). One
@@ -992,16 +989,20 @@ pub(super) fn decay_scans<F: Float>(
 }
 
 /// The gradients of `B` and `C` in their input layout `[b, l, g, n]` from the chunk layout's
-/// two parts each `[b, c, g, q, n]`. One thread per element of `[b, l, g, n]`.
+/// two parts each `[b, c, g, q, n]`, and `A`'s gradient `[h]`, the sum of its parts per chunk
+/// `[b, c, h]` ([`decay_scans`]). One thread per element of `[b, l, g, n]` (and of `[h]`, the
+/// larger of the two counts).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn unchunk_bc<F: Float, E: Float>(
+pub(super) fn unchunk<F: Float, E: Float>(
     grad_b1: &Tensor<F>,    // [b, c, g, q, n]
     grad_b2: &Tensor<F>,    // [b, c, g, q, n]
     grad_c1: &Tensor<F>,    // [b, c, g, q, n]
     grad_c2: &Tensor<F>,    // [b, c, g, q, n]
+    parts_a: &Tensor<F>,    // [b, c, h]
     grad_b: &mut Tensor<E>, // [b, l, g, n]
     grad_c: &mut Tensor<E>, // [b, l, g, n]
+    grad_a: &mut Tensor<F>, // [h]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -1011,16 +1012,22 @@ pub(super) fn unchunk_bc<F: Float, E: Float>(
     let chunks = z.chunks;
     let q = z.q;
     let id = ABSOLUTE_POS;
-    if id >= z.batch * len * groups * dim_n {
-        terminate!();
+    if id < z.batch * len * groups * dim_n {
+        let nn = id % dim_n;
+        let g = (id / dim_n) % groups;
+        let t = (id / (dim_n * groups)) % len;
+        let b = id / (dim_n * groups * len);
+        let j = t / q;
+        let i = t % q;
+        let src = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
+        grad_b[id] = E::cast_from(grad_b1[src] + grad_b2[src]);
+        grad_c[id] = E::cast_from(grad_c1[src] + grad_c2[src]);
     }
-    let nn = id % dim_n;
-    let g = (id / dim_n) % groups;
-    let t = (id / (dim_n * groups)) % len;
-    let b = id / (dim_n * groups * len);
-    let j = t / q;
-    let i = t % q;
-    let src = (((b * chunks + j) * groups + g) * q + i) * dim_n + nn;
-    grad_b[id] = E::cast_from(grad_b1[src] + grad_b2[src]);
-    grad_c[id] = E::cast_from(grad_c1[src] + grad_c2[src]);
+    if id < z.heads {
+        let mut sum = F::new(0.0);
+        for k in 0..z.batch * chunks {
+            sum += parts_a[k * z.heads + id];
+        }
+        grad_a[id] = sum;
+    }
 }

@@ -27,7 +27,7 @@ use inputs::{contiguous_as, InputTypes, Inputs};
 /// The longest chunk the fused scan takes (the longest it is tested with, and the reference
 /// kernels' default); longer chunks run the tensor operations.
 pub(crate) const FUSED_MAX_CHUNK: usize = 256;
-// `kernels::decays` runs a thread per position of a chunk in one cube of `TILE²` threads
+// `kernels::chunk_prep` runs a thread per position of a chunk in one cube of `TILE²` threads
 const _: () = assert!(FUSED_MAX_CHUNK <= kernels::TILE * kernels::TILE);
 
 impl<R, F, I, BT> SsdBackend for CubeBackend<R, F, I, BT>
