@@ -273,11 +273,11 @@ fn ssd_cost(args: &Args) {
         args.chunk_size,
     );
     // the products' operands and the layouts in the model's type, the rest in f32
-    shape.element_bytes = match args.dtype.as_str() {
-        "f32" => 4,
-        "f16" | "bf16" => 2,
-        other => {
-            eprintln!("error: unknown --dtype {other:?} (f32, f16, bf16)");
+    shape.element_bytes = match half_dtype(args) {
+        Ok(None) => 4,
+        Ok(Some(_)) => 2,
+        Err(e) => {
+            eprintln!("error: {e}");
             std::process::exit(2);
         }
     };
@@ -505,13 +505,20 @@ fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
     (chunked, sequential)
 }
 
+/// `--dtype`: `None` for `f32`, the half-precision type otherwise.
+fn half_dtype(args: &Args) -> Result<Option<FloatDType>, String> {
+    match args.dtype.as_str() {
+        "f32" => Ok(None),
+        "f16" => Ok(Some(FloatDType::F16)),
+        "bf16" => Ok(Some(FloatDType::BF16)),
+        other => Err(format!("unknown --dtype {other:?} (f32, f16, bf16)")),
+    }
+}
+
 /// `--dtype` as the float type of `device` (before any tensor is made on it).
 fn set_dtype<B: SsdBackend>(args: &Args, device: &B::Device) -> Result<(), String> {
-    let dtype = match args.dtype.as_str() {
-        "f32" => return Ok(()),
-        "f16" => FloatDType::F16,
-        "bf16" => FloatDType::BF16,
-        other => return Err(format!("unknown --dtype {other:?} (f32, f16, bf16)")),
+    let Some(dtype) = half_dtype(args)? else {
+        return Ok(());
     };
     let int = <B::IntElem as burn::tensor::Element>::dtype();
     burn::tensor::set_default_dtypes::<B>(device, dtype, int)

@@ -48,7 +48,7 @@ run)
         echo "== the fused SSD kernels against the tensor operations on Cuda"
         time "$BIN/mamba2_burn" fused_matches_tensor_ops_on_cuda --ignored --nocapture \
             || echo "FAILED: fused kernels"
-        echo "== the fused scan past 2^32 elements (64-bit indices; about 80 GB)"
+        echo "== the fused scan past 2^32 elements (64-bit indices; about 40 GB)"
         time "$BIN/mamba2_burn" indices_past_u32_read_the_right_elements_on_cuda --ignored \
             --nocapture || echo "FAILED: indices past 2^32"
         echo "== reference cases on Cuda"

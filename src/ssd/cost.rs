@@ -317,9 +317,9 @@ impl Plan {
             LaunchKind::Kernel,
             cubes,
             cubes * TILE * TILE * (2 * scan_steps + 6) + (2 + 2 * dy) * b * big_l * h * p,
-            self.f(b * l * h + h + starts)
-                + self.e((1 + dy) * b * l * h * p + 2 * b * l * g * n),
-            self.f(3 * b * h * big_l) + self.e((1 + dy) * b * big_l * h * p + 2 * b * big_l * g * n),
+            self.f(b * l * h + h + starts) + self.e((1 + dy) * b * l * h * p + 2 * b * l * g * n),
+            self.f(3 * b * h * big_l)
+                + self.e((1 + dy) * b * big_l * h * p + 2 * b * big_l * g * n),
             chain,
         );
         self.product("C·Bᵀ", b * c * g, q, q, n);
@@ -387,11 +387,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
 /// `C·S_inᵀ` and the intra-chunk product `M·x` over the tiles on and below the diagonal, at the
 /// tiles' sizes.
 pub fn chunk_scan_product_flops(s: ScanShape) -> f64 {
-    let (rows, cols, states) = (
-        s.q.div_ceil(TILE),
-        s.p.div_ceil(TILE),
-        s.n.div_ceil(TILE),
-    );
+    let (rows, cols, states) = (s.q.div_ceil(TILE), s.p.div_ceil(TILE), s.n.div_ceil(TILE));
     let columns = s.b * s.c() * s.h * cols;
     let pairs = rows * (rows + 1) / 2;
     (columns * (pairs + rows * states) * 2 * TILE * TILE * TILE) as f64
@@ -472,12 +468,11 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         LaunchKind::Kernel,
         cubes,
         cubes * tile * (chain + 8),
-        plan.f(
-            h + b * h * big_l * (1 + 3 * cols)
-                + b * c * h * pairs * (2 * TILE + 1)
-                + b * c * h * cols
-                + b * l * h,
-        ),
+        plan.f(h
+            + b * h * big_l * (1 + 3 * cols)
+            + b * c * h * pairs * (2 * TILE + 1)
+            + b * c * h * cols
+            + b * l * h),
         plan.f(2 * b * l * h + b * c * h),
         chain,
     );

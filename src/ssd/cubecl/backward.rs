@@ -68,7 +68,10 @@ where
     let dyw = layouts.dyw.clone().expect("dy's layout");
 
     // the adjoint states
-    let direct = product(tensor(dyw.clone()).swap_dims(3, 4), tensor(layouts.cc.clone()));
+    let direct = product(
+        tensor(dyw.clone()).swap_dims(3, 4),
+        tensor(layouts.cc.clone()),
+    );
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
     let (with_e, adjoints_e) = operand_copy(&adjoints, d);
     let first = empty(&x, [b, h, p, n]);

@@ -352,7 +352,8 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         let t_s = j * q + s;
         let mut weight = F::new(0.0);
         if s <= i && i < q && t_s < len {
-            weight = cb[scores + i * q + s] * (inner + carry).exp() * dt[(b * len + t_s) * heads + h];
+            weight =
+                cb[scores + i * q + s] * (inner + carry).exp() * dt[(b * len + t_s) * heads + h];
         }
         lhs[ty * TILE + tx] = weight;
         carry += whole;
@@ -436,19 +437,19 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_scan_grads<F: Float, E: Float>(
-    x: &Tensor<E>,          // [b, l, h, p]
-    dt: &Tensor<F>,         // [b, l, h]
-    grad_y: &Tensor<E>,     // [b, l, h, p]
-    b_mat: &Tensor<E>,      // [b, l, g, n]
-    c_mat: &Tensor<E>,      // [b, l, g, n]
-    cb: &Tensor<F>,         // [b, c, g, q, q]
-    da: &Tensor<F>,         // [b, h, c·q]
-    cs: &Tensor<F>,         // [b, h, c·q]
-    to_end: &Tensor<F>,     // [b, h, c·q]
-    states: &Tensor<F>,     // [b, c+1, h, p, n]: slot j enters chunk j
-    adjoints: &Tensor<F>,   // [b, c+1, h, p, n]: slot j+1 leaves chunk j
-    grad_x: &mut Tensor<E>, // [b, l, h, p]
-    terms: &mut Tensor<F>,  // [3, b, h, c·q, ⌈p/TILE⌉]
+    x: &Tensor<E>,           // [b, l, h, p]
+    dt: &Tensor<F>,          // [b, l, h]
+    grad_y: &Tensor<E>,      // [b, l, h, p]
+    b_mat: &Tensor<E>,       // [b, l, g, n]
+    c_mat: &Tensor<E>,       // [b, l, g, n]
+    cb: &Tensor<F>,          // [b, c, g, q, q]
+    da: &Tensor<F>,          // [b, h, c·q]
+    cs: &Tensor<F>,          // [b, h, c·q]
+    to_end: &Tensor<F>,      // [b, h, c·q]
+    states: &Tensor<F>,      // [b, c+1, h, p, n]: slot j enters chunk j
+    adjoints: &Tensor<F>,    // [b, c+1, h, p, n]: slot j+1 leaves chunk j
+    grad_x: &mut Tensor<E>,  // [b, l, h, p]
+    terms: &mut Tensor<F>,   // [3, b, h, c·q, ⌈p/TILE⌉]
     outside: &mut Tensor<F>, // [b, c, h, ⌈p/TILE⌉]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
