@@ -17,7 +17,8 @@
 //!   heads);
 //! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
 //!   tensor cores (`f32` as TF32), `f32` outputs;
-//! - the scan's tiled kernels: a cube of `TILE²` threads per tile, their multiply-adds on the
+//! - the scan's tiled kernels: a cube of `8 × 8` threads per `BLOCK × BLOCK` tile of the output
+//!   (`4 × 4` elements each), their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
 //!
 //! Dimension letters as in [`crate::ssd`].
@@ -26,9 +27,11 @@ use serde::Serialize;
 
 /// The threads per cube of the scan's kernels (`ssd/cubecl/launch.rs`).
 const KERNEL_CUBE: usize = 64;
-/// The tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`): a cube of `TILE²`
-/// threads per `TILE × TILE` tile of the output.
+/// The cube side of the scan's scans (`ssd/cubecl/kernels.rs`): `TILE²` threads, a thread per
+/// step of a chunk.
 const TILE: usize = 16;
+/// The output tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`), a cube per tile.
+const BLOCK: usize = 32;
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
 
@@ -259,7 +262,7 @@ impl Plan {
         });
     }
 
-    /// One of the scan's tiled kernels: `cubes` cubes of [`TILE`]² threads, `flops` off tensor
+    /// One of the scan's tiled kernels or scans: `cubes` cubes, `flops` off tensor
     /// cores, `read` and `written` bytes, a chain of `serial` steps per thread; of `kind`
     /// [`LaunchKind::Tiled`] where it computes products tile by tile (its chain is then its
     /// contractions), [`LaunchKind::Kernel`] otherwise.
@@ -361,15 +364,15 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
     // the output, a cube per tile of (i, p) of each (b, j, h): the entering state's product over
     // the tiles of n, then the weights and the intra-chunk product of each tile of s up to the
     // diagonal
-    let (rows, cols, states) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
+    let (rows, cols, states) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK), n.div_ceil(BLOCK));
     let cubes = b * c * h * rows * cols;
     let pairs = rows * (rows + 1) / 2;
-    let tile = TILE * TILE;
-    // a weight: its segment's terms (two sums of the tile's), an exp, two products
-    // per tile column of (b, j, h): the tile pairs on and below the diagonal, and each row
-    // tile's tiles of n
+    let tile = BLOCK * BLOCK;
+    // per tile column of (b, j, h): the tile pairs on and below the diagonal (a weight: its
+    // segment's terms within the tile, an exp, two products; then the multiply-adds), and each
+    // row tile's tiles of n
     let columns = b * c * h * cols;
-    let flops = columns * (pairs * tile * (4 * TILE + 4) + rows * states * tile * 2 * TILE);
+    let flops = columns * (pairs * tile * (4 * BLOCK + 4) + rows * states * tile * 2 * BLOCK);
     plan.tiled(
         "chunk_scan",
         LaunchKind::Tiled,
@@ -378,7 +381,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         plan.e(b * l * h * p + b * l * g * n)
             + plan.f(b * l * h + b * c * g * q * q + 2 * b * h * c * q + b * c * h * p * n),
         plan.e(b * l * h * p),
-        states * TILE + rows * 2 * TILE,
+        states * BLOCK + rows * 2 * BLOCK,
     );
     plan.launches
 }
@@ -387,10 +390,14 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
 /// `C·S_inᵀ` and the intra-chunk product `M·x` over the tiles on and below the diagonal, at the
 /// tiles' sizes.
 pub fn chunk_scan_product_flops(s: ScanShape) -> f64 {
-    let (rows, cols, states) = (s.q.div_ceil(TILE), s.p.div_ceil(TILE), s.n.div_ceil(TILE));
+    let (rows, cols, states) = (
+        s.q.div_ceil(BLOCK),
+        s.p.div_ceil(BLOCK),
+        s.n.div_ceil(BLOCK),
+    );
     let columns = s.b * s.c() * s.h * cols;
     let pairs = rows * (rows + 1) / 2;
-    (columns * (pairs + rows * states) * 2 * TILE * TILE * TILE) as f64
+    (columns * (pairs + rows * states) * 2 * BLOCK * BLOCK * BLOCK) as f64
 }
 
 /// The launches of the fused scan's gradient (`ssd/cubecl/backward.rs`), in order.
@@ -420,8 +427,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         c,
         false,
     );
-    let (rows, cols, tiles_n) = (q.div_ceil(TILE), p.div_ceil(TILE), n.div_ceil(TILE));
-    let tile = TILE * TILE;
+    let (rows, cols, tiles_n) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK), n.div_ceil(BLOCK));
+    let tile = BLOCK * BLOCK;
     let pairs = rows * (rows + 1) / 2;
     // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
     // B·Gᵀ and C·S_inᵀ over the tiles of n, then the weights and Mᵀ·dy over the tiles of i from
@@ -429,7 +436,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     // of s also sum ⟨G_out, S_in⟩ over their elements
     let cubes = b * c * h * rows * cols;
     let columns = b * c * h * cols;
-    let flops = columns * (pairs * tile * (4 * TILE + 4) + rows * tiles_n * tile * 4 * TILE)
+    let flops = columns * (pairs * tile * (4 * BLOCK + 4) + rows * tiles_n * tile * 4 * BLOCK)
         + cubes * tile * 12;
     plan.tiled(
         "chunk_scan_grads",
@@ -439,20 +446,20 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         plan.e(2 * b * l * h * p + 2 * b * l * g * n)
             + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
         plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
-        tiles_n * TILE + rows * 2 * TILE + TILE,
+        tiles_n * BLOCK + rows * 2 * BLOCK + BLOCK,
     );
     // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
     // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
     // over the tiles of p, the weights, the pairs' sums
-    let flops = b * c * g * pairs * r * tile * (2 * TILE * cols + 7 * TILE + 4);
+    let flops = b * c * g * pairs * r * tile * (2 * BLOCK * cols + 7 * BLOCK + 4);
     plan.tiled(
         "score_grads",
         LaunchKind::Tiled,
         b * c * g * rows * rows,
         flops,
         plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
-        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * TILE + 1)),
-        r * (cols * TILE + 7 * TILE),
+        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * BLOCK + 1)),
+        r * (cols * BLOCK + 7 * BLOCK),
     );
     plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
@@ -467,10 +474,10 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         "decay_scans",
         LaunchKind::Kernel,
         cubes,
-        cubes * tile * (chain + 8),
+        cubes * TILE * TILE * (chain + 8),
         plan.f(h
             + b * h * big_l * (1 + 3 * cols)
-            + b * c * h * pairs * (2 * TILE + 1)
+            + b * c * h * pairs * (2 * BLOCK + 1)
             + b * c * h * cols
             + b * l * h),
         plan.f(2 * b * l * h + b * c * h),

@@ -28,7 +28,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::forward::{chunk_slots, operand_copy, product, rank5, recompute, Dims};
 use super::inputs::Inputs;
-use super::kernels::{SPAN_WIDTH, TILE};
+use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
 use crate::ssd::backend::{float, primitive};
 
@@ -89,24 +89,24 @@ where
 
     // x, and the log-decays' terms at each position
     let grad_x = empty_as(&x, [b, l, h, p], d.e);
-    let terms = empty(&x, [3, b, h, c * q, p.div_ceil(TILE)]);
-    let outside = empty(&x, [b, c, h, p.div_ceil(TILE)]);
+    let terms = empty(&x, [3, b, h, c * q, p.div_ceil(BLOCK)]);
+    let outside = empty(&x, [b, c, h, p.div_ceil(BLOCK)]);
     let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
     let (states, adjoints_f32) = (&s.states, &adjoints);
     let (da, to_end) = (&s.decays.da, &s.decays.to_end);
     let cb = &s.cb;
-    let rows = q.div_ceil(TILE);
     launch!(
-        chunk_scan_grads, tiles b * c * h * rows * p.div_ceil(TILE);
+        chunk_scan_grads, blocks b * c * h * q.div_ceil(BLOCK) * p.div_ceil(BLOCK);
         x, dt, dy, b_mat, c_mat, cb, da, cs, to_end, states, adjoints_f32, grad_x, terms, outside;
         d.sizes(), types(d.e),
     );
 
     // the scores' gradient (an operand), and the pairs within each chunk
     let grad_cb = empty_as(&x, [b, c, g, q, q], d.e);
+    let rows = q.div_ceil(BLOCK);
     let spans = empty(&x, [b, c, h, rows * (rows + 1) / 2, SPAN_WIDTH]);
     launch!(
-        score_grads, tiles b * c * g * rows * rows;
+        score_grads, blocks b * c * g * rows * rows;
         x, dt, dy, cb, da, grad_cb, spans;
         d.sizes(), types(d.e),
     );

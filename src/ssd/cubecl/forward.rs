@@ -295,9 +295,9 @@ where
     // step 6
     let y = empty_as(&x, [d.b, d.l, d.h, d.p], d.e);
     let (cb, da, cs, states) = (&s.cb, &s.decays.da, &s.decays.cs, &s.states);
-    let tiles = d.b * d.c * d.h * d.q.div_ceil(kernels::TILE) * d.p.div_ceil(kernels::TILE);
+    let blocks = d.b * d.c * d.h * d.q.div_ceil(kernels::BLOCK) * d.p.div_ceil(kernels::BLOCK);
     launch!(
-        chunk_scan, tiles tiles;
+        chunk_scan, blocks blocks;
         x, dt, c_mat, cb, da, cs, states, y;
         d.sizes(), types(d.e),
     );

@@ -232,20 +232,31 @@ pub(super) fn pass_states<F: Float, E: Float>(
     last[id] = s;
 }
 
-/// The side of the tiles of [`chunk_scan`]: a cube of `TILE × TILE` threads computes a
-/// `TILE × TILE` tile of a head's output.
+/// The scans ([`chunk_prep`], [`decay_scans`]) run in cubes of `TILE × TILE` threads, a thread
+/// per step of a chunk.
 pub(super) const TILE: usize = 16;
+
+/// The side of the output tile of one cube of the tiled kernels ([`chunk_scan`],
+/// [`chunk_scan_grads`], [`score_grads`]): `UNITS × UNITS` threads, each computing `PER × PER`
+/// elements of it (rows `u·UNITS + ty`, columns `v·UNITS + tx`). Few
+/// threads with many elements each keep the synchronisations per element low, where they cost
+/// most (lavapipe runs a cube's threads as coroutines on one CPU thread).
+pub(super) const BLOCK: usize = 32;
+/// The threads of a cube of the tiled kernels along each side.
+pub(super) const UNITS: usize = 8;
+/// The elements of each thread of the tiled kernels along each side.
+const PER: usize = BLOCK / UNITS;
 
 /// A chunk's output in the input's layout, `y` `[b, l, h, p]`, with the decay applied inside
 /// the tiles of its two products, so that no per-head `q × q` matrix reaches memory:
 /// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · C_i ·
-/// S[j]`, from the group's scores `C·Bᵀ` and the state entering the chunk. One cube of
-/// `TILE × TILE` threads per tile of rows `i` and columns `p` of a `(b, j, h)`: first the
-/// entering state's product over tiles of `n`, then the intra-chunk product over the tiles of
-/// `s` from the diagonal back to the chunk's start. Each tile's weights
-/// `(C_i · B_s) · exp(…) · dt_s` are computed once in shared memory; the segment sum of a
-/// weight is its own terms within the tile plus, carried per row, the sum of the terms of the
-/// tiles after it (sums of terms, never a difference of prefix sums).
+/// S[j]`, from the group's scores `C·Bᵀ` and the state entering the chunk. One cube per
+/// `BLOCK × BLOCK` tile of rows `i` and columns `p` of a `(b, j, h)`: first the entering
+/// state's product over tiles of `n`, then the intra-chunk product over the tiles of `s` from
+/// the diagonal back to the chunk's start. Each tile's weights `(C_i · B_s) · exp(…) · dt_s` are
+/// computed once in shared memory; the segment sum of a weight is its own terms within the tile
+/// plus, carried per row, the sum of the terms of the tiles after it (sums of terms, never a
+/// difference of prefix sums).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_scan<F: Float, E: Float>(
@@ -267,8 +278,8 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
-    let row_tiles = (q + TILE - 1) / TILE;
-    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let row_tiles = (q + BLOCK - 1) / BLOCK;
+    let col_tiles = (dim_p + BLOCK - 1) / BLOCK;
     let cube = CUBE_POS;
     // a whole cube leaves at once, before any synchronisation
     if cube >= z.batch * chunks * heads * row_tiles * col_tiles {
@@ -282,90 +293,147 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let g = h / (heads / groups);
     let ty = UNIT_POS_Y as usize;
     let tx = UNIT_POS_X as usize;
-    let i = it * TILE + ty;
-    let pp = pt * TILE + tx;
-    let t_i = j * q + i;
+    let unit = ty * UNITS + tx;
+    let i0 = it * BLOCK;
+    let p0 = pt * BLOCK;
     let row = (b * heads + h) * chunks * q + j * q;
-    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut steps = SharedMemory::<F>::new(TILE);
+    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut steps = SharedMemory::<F>::new(BLOCK);
+    let mut off = Array::<F>::new(PER * PER);
+    let mut diag = Array::<F>::new(PER * PER);
+    #[unroll]
+    for e in 0..PER * PER {
+        off[e] = F::new(0.0);
+        diag[e] = F::new(0.0);
+    }
 
     // the entering state's part, C_i · S[j]ᵀ, over tiles of n
     let state = ((b * (chunks + 1) + j) * heads + h) * dim_p * dim_n;
-    let mut off = F::new(0.0);
-    for nt in 0..(dim_n + TILE - 1) / TILE {
-        let n0 = nt * TILE;
-        let mut cv = F::new(0.0);
-        if i < q && t_i < len && n0 + tx < dim_n {
-            cv = F::cast_from(c_mat[((b * len + t_i) * groups + g) * dim_n + n0 + tx]);
+    for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
+        let n0 = nt * BLOCK;
+        #[unroll]
+        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+            let e = unit + m * UNITS * UNITS;
+            let r = e / BLOCK;
+            let k = e % BLOCK;
+            let t = j * q + i0 + r;
+            let mut cv = F::new(0.0);
+            if i0 + r < q && t < len && n0 + k < dim_n {
+                cv = F::cast_from(c_mat[((b * len + t) * groups + g) * dim_n + n0 + k]);
+            }
+            lhs[r * BLOCK + k] = cv;
+            // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
+            let mut sv = F::new(0.0);
+            if p0 + r < dim_p && n0 + k < dim_n {
+                sv = states[state + (p0 + r) * dim_n + n0 + k];
+            }
+            rhs[k * BLOCK + r] = sv;
         }
-        lhs[ty * TILE + tx] = cv;
-        // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
-        let p_load = pt * TILE + ty;
-        let mut sv = F::new(0.0);
-        if p_load < dim_p && n0 + tx < dim_n {
-            sv = states[state + p_load * dim_n + n0 + tx];
-        }
-        rhs[tx * TILE + ty] = sv;
         sync_cube();
-        for k in 0..TILE {
-            off += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+        for k in 0..BLOCK {
+            #[unroll]
+            for u in 0..PER {
+                let left = lhs[(ty + u * UNITS) * BLOCK + k];
+                #[unroll]
+                for v in 0..PER {
+                    off[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
+                }
+            }
         }
         sync_cube();
     }
 
     // the intra-chunk part, over the tiles of s from the diagonal back
     let scores = ((b * chunks + j) * groups + g) * q * q;
-    let mut diag = F::new(0.0);
-    // Σ dA[k] for k from just after the current tile to i
-    let mut carry = F::new(0.0);
+    // per row, Σ dA[k] for k from just after the current tile to the row
+    let mut carry = Array::<F>::new(PER);
+    #[unroll]
+    for u in 0..PER {
+        carry[u] = F::new(0.0);
+    }
     for back in 0..it + 1 {
-        let s0 = (it - back) * TILE;
-        if ty == 0 {
+        let s0 = (it - back) * BLOCK;
+        if unit < BLOCK {
             let mut d = F::new(0.0);
-            if s0 + tx < q {
-                d = da[row + s0 + tx];
+            if s0 + unit < q {
+                d = da[row + s0 + unit];
             }
-            steps[tx] = d;
+            steps[unit] = d;
         }
-        let s_load = s0 + ty;
-        let mut xv = F::new(0.0);
-        if s_load < q && j * q + s_load < len && pp < dim_p {
-            xv = F::cast_from(x[((b * len + j * q + s_load) * heads + h) * dim_p + pp]);
+        #[unroll]
+        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+            let e = unit + m * UNITS * UNITS;
+            let r = e / BLOCK;
+            let k = e % BLOCK;
+            let s = s0 + r;
+            let mut xv = F::new(0.0);
+            if s < q && j * q + s < len && p0 + k < dim_p {
+                xv = F::cast_from(x[((b * len + j * q + s) * heads + h) * dim_p + p0 + k]);
+            }
+            rhs[r * BLOCK + k] = xv;
         }
-        rhs[ty * TILE + tx] = xv;
         sync_cube();
-        // the weight of (i, s = s0 + tx), and the sum of this tile's terms up to i
-        let s = s0 + tx;
-        let mut inner = F::new(0.0);
-        let mut whole = F::new(0.0);
-        for k in 0..TILE {
-            let at = s0 + k;
-            if at <= i {
-                let d = steps[k];
-                whole += d;
-                if at > s {
-                    inner += d;
+        // the weights of the thread's rows i and columns s: each segment's terms within the
+        // tile, then the row's carry
+        #[unroll]
+        for u in 0..PER {
+            let i = i0 + ty + u * UNITS;
+            let mut whole = F::new(0.0);
+            for k in 0..BLOCK {
+                if s0 + k <= i {
+                    whole += steps[k];
+                }
+            }
+            #[unroll]
+            for v in 0..PER {
+                let s = s0 + tx + v * UNITS;
+                let mut inner = F::new(0.0);
+                for k in 0..BLOCK {
+                    let at = s0 + k;
+                    if at > s && at <= i {
+                        inner += steps[k];
+                    }
+                }
+                let t_s = j * q + s;
+                let mut weight = F::new(0.0);
+                if s <= i && i < q && t_s < len {
+                    weight = cb[scores + i * q + s]
+                        * (inner + carry[u]).exp()
+                        * dt[(b * len + t_s) * heads + h];
+                }
+                lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
+            }
+            carry[u] += whole;
+        }
+        sync_cube();
+        for k in 0..BLOCK {
+            #[unroll]
+            for u in 0..PER {
+                let left = lhs[(ty + u * UNITS) * BLOCK + k];
+                #[unroll]
+                for v in 0..PER {
+                    diag[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
                 }
             }
         }
-        let t_s = j * q + s;
-        let mut weight = F::new(0.0);
-        if s <= i && i < q && t_s < len {
-            weight =
-                cb[scores + i * q + s] * (inner + carry).exp() * dt[(b * len + t_s) * heads + h];
-        }
-        lhs[ty * TILE + tx] = weight;
-        carry += whole;
-        sync_cube();
-        for k in 0..TILE {
-            diag += lhs[ty * TILE + k] * rhs[k * TILE + tx];
-        }
         sync_cube();
     }
-    if i < q && t_i < len && pp < dim_p {
-        y[((b * len + t_i) * heads + h) * dim_p + pp] =
-            E::cast_from(diag + cs[row + i].exp() * off);
+    #[unroll]
+    for u in 0..PER {
+        let i = i0 + ty + u * UNITS;
+        let t_i = j * q + i;
+        if i < q && t_i < len {
+            let decay = cs[row + i].exp();
+            #[unroll]
+            for v in 0..PER {
+                let pp = p0 + tx + v * UNITS;
+                if pp < dim_p {
+                    y[((b * len + t_i) * heads + h) * dim_p + pp] =
+                        E::cast_from(diag[u * PER + v] + decay * off[u * PER + v]);
+                }
+            }
+        }
     }
 }
 
@@ -424,16 +492,16 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
 /// memory: `dx̃_s = Σ_{i ≥ s} M[i, s] · dy_i + to_end_s · (G · B_s)` (`M[i, s] = (C_i · B_s) ·
 /// exp(Σ_{k=s+1}^{i} dA[k])`, the intra-chunk matrix without `dt`; `G` the gradient of the state
 /// leaving the chunk), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the log-decays'
-/// gradient, each summed over one tile of `p` (`terms` `[3, b, h, c·q, ⌈p/TILE⌉]`, summed over
+/// gradient, each summed over one tile of `p` (`terms` `[3, b, h, c·q, ⌈p/BLOCK⌉]`, summed over
 /// the last axis by [`decay_scans`]): `u_s = exp(cs_s) · dy_s · (C_s · S[j])` (the entering
 /// state's output), `w_s = to_end_s · dt_s · x_s · (G · B_s)` (the chunk state's weight) and
 /// `x_s · dx̃_s` (`dt`'s gradient through `x̃ = x·dt`); and `⟨G, S[j]⟩`, the pairs across the
-/// chunk, summed over one tile of `p` (`outside` `[b, c, h, ⌈p/TILE⌉]`, by the cubes of the
-/// first tile of `s`). One cube of `TILE × TILE` threads per
-/// tile of positions `s` and columns `p` of a `(b, j, h)`: the products over tiles of `n`, then
-/// over the tiles of `i` from the diagonal to the chunk's end, the segment sums as in
-/// [`chunk_scan`] (each weight's own terms within its tile plus, carried per row, the terms of
-/// the tiles before it).
+/// chunk, summed over one tile of `p` (`outside` `[b, c, h, ⌈p/BLOCK⌉]`, by the cubes of the
+/// first tile of `s`). One cube of `UNITS × UNITS` threads per `BLOCK × BLOCK` tile of positions
+/// `s` and columns `p` of a `(b, j, h)`, as in [`chunk_scan`]: the products over tiles of `n`,
+/// then over the tiles of `i` from the diagonal to the chunk's end, the segment sums as there
+/// (each weight's own terms within its tile plus, carried per row, the terms of the tiles
+/// before it).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_scan_grads<F: Float, E: Float>(
@@ -449,8 +517,8 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     states: &Tensor<F>,      // [b, c+1, h, p, n]: slot j enters chunk j
     adjoints: &Tensor<F>,    // [b, c+1, h, p, n]: slot j+1 leaves chunk j
     grad_x: &mut Tensor<E>,  // [b, l, h, p]
-    terms: &mut Tensor<F>,   // [3, b, h, c·q, ⌈p/TILE⌉]
-    outside: &mut Tensor<F>, // [b, c, h, ⌈p/TILE⌉]
+    terms: &mut Tensor<F>,   // [3, b, h, c·q, ⌈p/BLOCK⌉]
+    outside: &mut Tensor<F>, // [b, c, h, ⌈p/BLOCK⌉]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -461,8 +529,8 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
-    let row_tiles = (q + TILE - 1) / TILE;
-    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let row_tiles = (q + BLOCK - 1) / BLOCK;
+    let col_tiles = (dim_p + BLOCK - 1) / BLOCK;
     let cube = CUBE_POS;
     // a whole cube leaves at once, before any synchronisation
     if cube >= z.batch * chunks * heads * row_tiles * col_tiles {
@@ -476,61 +544,81 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let g = h / (heads / groups);
     let ty = UNIT_POS_Y as usize;
     let tx = UNIT_POS_X as usize;
-    let s = st * TILE + ty;
-    let pp = pt * TILE + tx;
-    let t_s = j * q + s;
+    let unit = ty * UNITS + tx;
+    let s0 = st * BLOCK;
+    let p0 = pt * BLOCK;
     let row = (b * heads + h) * chunks * q + j * q;
-    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut lhs2 = SharedMemory::<F>::new(TILE * TILE);
-    let mut rhs2 = SharedMemory::<F>::new(TILE * TILE);
-    let mut steps = SharedMemory::<F>::new(TILE);
+    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut lhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut rhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut steps = SharedMemory::<F>::new(BLOCK);
+    let mut gb = Array::<F>::new(PER * PER);
+    let mut off = Array::<F>::new(PER * PER);
+    let mut diag = Array::<F>::new(PER * PER);
+    #[unroll]
+    for e in 0..PER * PER {
+        gb[e] = F::new(0.0);
+        off[e] = F::new(0.0);
+        diag[e] = F::new(0.0);
+    }
 
     // B_s · Gᵀ and C_s · S[j]ᵀ, over tiles of n
     let per_head = dim_p * dim_n;
     let entering = ((b * (chunks + 1) + j) * heads + h) * per_head;
     let leaving = entering + heads * per_head;
-    let mut gb = F::new(0.0);
-    let mut off = F::new(0.0);
     // ⟨G, S[j]⟩ over this cube's elements: read once by the cubes of the first tile of s
     let mut dot = F::new(0.0);
-    for nt in 0..(dim_n + TILE - 1) / TILE {
-        let n0 = nt * TILE;
-        let mut bv = F::new(0.0);
-        let mut cv = F::new(0.0);
-        if s < q && t_s < len && n0 + tx < dim_n {
-            let at = ((b * len + t_s) * groups + g) * dim_n + n0 + tx;
-            bv = F::cast_from(b_mat[at]);
-            cv = F::cast_from(c_mat[at]);
+    for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
+        let n0 = nt * BLOCK;
+        #[unroll]
+        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+            let e = unit + m * UNITS * UNITS;
+            let r = e / BLOCK;
+            let k = e % BLOCK;
+            let t = j * q + s0 + r;
+            let mut bv = F::new(0.0);
+            let mut cv = F::new(0.0);
+            if s0 + r < q && t < len && n0 + k < dim_n {
+                let at = ((b * len + t) * groups + g) * dim_n + n0 + k;
+                bv = F::cast_from(b_mat[at]);
+                cv = F::cast_from(c_mat[at]);
+            }
+            lhs[r * BLOCK + k] = bv;
+            lhs2[r * BLOCK + k] = cv;
+            // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
+            let mut gv = F::new(0.0);
+            let mut sv = F::new(0.0);
+            if p0 + r < dim_p && n0 + k < dim_n {
+                gv = adjoints[leaving + (p0 + r) * dim_n + n0 + k];
+                sv = states[entering + (p0 + r) * dim_n + n0 + k];
+            }
+            rhs[k * BLOCK + r] = gv;
+            rhs2[k * BLOCK + r] = sv;
+            dot += gv * sv;
         }
-        lhs[ty * TILE + tx] = bv;
-        lhs2[ty * TILE + tx] = cv;
-        // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
-        let p_load = pt * TILE + ty;
-        let mut gv = F::new(0.0);
-        let mut sv = F::new(0.0);
-        if p_load < dim_p && n0 + tx < dim_n {
-            gv = adjoints[leaving + p_load * dim_n + n0 + tx];
-            sv = states[entering + p_load * dim_n + n0 + tx];
-        }
-        rhs[tx * TILE + ty] = gv;
-        rhs2[tx * TILE + ty] = sv;
-        dot += gv * sv;
         sync_cube();
-        for k in 0..TILE {
-            gb += lhs[ty * TILE + k] * rhs[k * TILE + tx];
-            off += lhs2[ty * TILE + k] * rhs2[k * TILE + tx];
+        for k in 0..BLOCK {
+            #[unroll]
+            for u in 0..PER {
+                let left_b = lhs[(ty + u * UNITS) * BLOCK + k];
+                let left_c = lhs2[(ty + u * UNITS) * BLOCK + k];
+                #[unroll]
+                for v in 0..PER {
+                    gb[u * PER + v] += left_b * rhs[k * BLOCK + tx + v * UNITS];
+                    off[u * PER + v] += left_c * rhs2[k * BLOCK + tx + v * UNITS];
+                }
+            }
         }
         sync_cube();
     }
     if st == 0 {
         // the cube's sum, a tree in shared memory
-        let unit = ty * TILE + tx;
         lhs[unit] = dot;
         sync_cube();
         let mut offset = 1;
-        while offset < TILE * TILE {
-            if unit % (2 * offset) == 0 && unit + offset < TILE * TILE {
+        while offset < UNITS * UNITS {
+            if unit % (2 * offset) == 0 && unit + offset < UNITS * UNITS {
                 let other = lhs[unit + offset];
                 lhs[unit] += other;
             }
@@ -545,110 +633,158 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
 
     // Mᵀ · dy, over the tiles of i from the diagonal on
     let scores = ((b * chunks + j) * groups + g) * q * q;
-    let mut diag = F::new(0.0);
-    // Σ dA[k] for k from s + 1 to just before the current tile
-    let mut carry = F::new(0.0);
+    // per row s, Σ dA[k] for k from s + 1 to just before the current tile
+    let mut carry = Array::<F>::new(PER);
+    #[unroll]
+    for u in 0..PER {
+        carry[u] = F::new(0.0);
+    }
     for it in st..row_tiles {
-        let i0 = it * TILE;
-        if ty == 0 {
+        let i0 = it * BLOCK;
+        if unit < BLOCK {
             let mut d = F::new(0.0);
-            if i0 + tx < q {
-                d = da[row + i0 + tx];
+            if i0 + unit < q {
+                d = da[row + i0 + unit];
             }
-            steps[tx] = d;
+            steps[unit] = d;
         }
-        let i_load = i0 + ty;
-        let mut dyv = F::new(0.0);
-        if i_load < q && j * q + i_load < len && pp < dim_p {
-            dyv = F::cast_from(grad_y[((b * len + j * q + i_load) * heads + h) * dim_p + pp]);
+        #[unroll]
+        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+            let e = unit + m * UNITS * UNITS;
+            let r = e / BLOCK;
+            let k = e % BLOCK;
+            let i = i0 + r;
+            let mut dyv = F::new(0.0);
+            if i < q && j * q + i < len && p0 + k < dim_p {
+                dyv = F::cast_from(grad_y[((b * len + j * q + i) * heads + h) * dim_p + p0 + k]);
+            }
+            rhs[r * BLOCK + k] = dyv;
         }
-        rhs[ty * TILE + tx] = dyv;
         sync_cube();
-        // the weight M[i, s] of i = i0 + tx, and the sum of this tile's terms after s
-        let i = i0 + tx;
-        let mut inner = F::new(0.0);
-        let mut whole = F::new(0.0);
-        for k in 0..TILE {
-            let at = i0 + k;
-            if at > s {
-                let d = steps[k];
-                whole += d;
-                if at <= i {
-                    inner += d;
+        // the weights M[i, s] of the thread's rows s and columns i, and per row the sum of
+        // this tile's terms after s
+        #[unroll]
+        for u in 0..PER {
+            let s = s0 + ty + u * UNITS;
+            let mut whole = F::new(0.0);
+            for k in 0..BLOCK {
+                if i0 + k > s {
+                    whole += steps[k];
                 }
             }
+            #[unroll]
+            for v in 0..PER {
+                let i = i0 + tx + v * UNITS;
+                let mut inner = F::new(0.0);
+                for k in 0..BLOCK {
+                    let at = i0 + k;
+                    if at > s && at <= i {
+                        inner += steps[k];
+                    }
+                }
+                let mut weight = F::new(0.0);
+                if s <= i && i < q {
+                    weight = cb[scores + i * q + s] * (carry[u] + inner).exp();
+                }
+                lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
+            }
+            carry[u] += whole;
         }
-        let mut weight = F::new(0.0);
-        if s <= i && i < q {
-            weight = cb[scores + i * q + s] * (carry + inner).exp();
-        }
-        lhs[ty * TILE + tx] = weight;
-        carry += whole;
         sync_cube();
-        for k in 0..TILE {
-            diag += lhs[ty * TILE + k] * rhs[k * TILE + tx];
+        for k in 0..BLOCK {
+            #[unroll]
+            for u in 0..PER {
+                let left = lhs[(ty + u * UNITS) * BLOCK + k];
+                #[unroll]
+                for v in 0..PER {
+                    diag[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
+                }
+            }
         }
         sync_cube();
     }
 
-    // dx, and the terms of the log-decays' gradient summed over this tile's columns
-    let mut xv = F::new(0.0);
-    let mut dyv = F::new(0.0);
-    let mut step = F::new(0.0);
-    let mut decay_end = F::new(0.0);
-    let mut decay_out = F::new(0.0);
-    if s < q && t_s < len {
-        step = dt[(b * len + t_s) * heads + h];
-        decay_end = to_end[row + s];
-        decay_out = cs[row + s].exp();
-        if pp < dim_p {
-            let at = ((b * len + t_s) * heads + h) * dim_p + pp;
-            xv = F::cast_from(x[at]);
-            dyv = F::cast_from(grad_y[at]);
+    // dx, and the terms of the log-decays' gradient summed over the thread's columns
+    #[unroll]
+    for u in 0..PER {
+        let r = ty + u * UNITS;
+        let s = s0 + r;
+        let t_s = j * q + s;
+        let mut step = F::new(0.0);
+        let mut decay_end = F::new(0.0);
+        if s < q && t_s < len {
+            step = dt[(b * len + t_s) * heads + h];
+            decay_end = to_end[row + s];
         }
-    }
-    let dxt = diag + decay_end * gb;
-    if s < q && t_s < len && pp < dim_p {
-        grad_x[((b * len + t_s) * heads + h) * dim_p + pp] = E::cast_from(step * dxt);
-    }
-    lhs[ty * TILE + tx] = dyv * off;
-    rhs[ty * TILE + tx] = xv * gb;
-    lhs2[ty * TILE + tx] = xv * dxt;
-    sync_cube();
-    if tx == 0 && s < q {
         let mut sum_u = F::new(0.0);
         let mut sum_w = F::new(0.0);
         let mut sum_x = F::new(0.0);
-        for k in 0..TILE {
-            sum_u += lhs[ty * TILE + k];
-            sum_w += rhs[ty * TILE + k];
-            sum_x += lhs2[ty * TILE + k];
+        #[unroll]
+        for v in 0..PER {
+            let pp = p0 + tx + v * UNITS;
+            let dxt = diag[u * PER + v] + decay_end * gb[u * PER + v];
+            if s < q && t_s < len && pp < dim_p {
+                let at = ((b * len + t_s) * heads + h) * dim_p + pp;
+                let xv = F::cast_from(x[at]);
+                sum_u += F::cast_from(grad_y[at]) * off[u * PER + v];
+                sum_w += xv * gb[u * PER + v];
+                sum_x += xv * dxt;
+                grad_x[at] = E::cast_from(step * dxt);
+            }
         }
-        let part = z.batch * heads * chunks * q * col_tiles;
-        let at = (row + s) * col_tiles + pt;
-        terms[at] = decay_out * sum_u;
-        terms[part + at] = decay_end * step * sum_w;
-        terms[2 * part + at] = sum_x;
+        lhs[r * UNITS + tx] = sum_u;
+        lhs2[r * UNITS + tx] = sum_w;
+        rhs[r * UNITS + tx] = sum_x;
+    }
+    sync_cube();
+    // over the row's threads, by the first thread of each row
+    if tx == 0 {
+        #[unroll]
+        for u in 0..PER {
+            let r = ty + u * UNITS;
+            let s = s0 + r;
+            if s < q {
+                let mut sum_u = F::new(0.0);
+                let mut sum_w = F::new(0.0);
+                let mut sum_x = F::new(0.0);
+                for k in 0..UNITS {
+                    sum_u += lhs[r * UNITS + k];
+                    sum_w += lhs2[r * UNITS + k];
+                    sum_x += rhs[r * UNITS + k];
+                }
+                let mut decay_out = F::new(0.0);
+                let mut scale_w = F::new(0.0);
+                if j * q + s < len {
+                    decay_out = cs[row + s].exp();
+                    scale_w = to_end[row + s] * dt[(b * len + j * q + s) * heads + h];
+                }
+                let part = z.batch * heads * chunks * q * col_tiles;
+                let at = (row + s) * col_tiles + pt;
+                terms[at] = decay_out * sum_u;
+                terms[part + at] = scale_w * sum_w;
+                terms[2 * part + at] = sum_x;
+            }
+        }
     }
 }
 
 /// The values per head and tile pair of [`score_grads`]' `spans`: the pairs' sums for the steps
 /// of the tile of `s`, for those of the tile of `i`, and the tile pair's total.
-pub(super) const SPAN_WIDTH: usize = 2 * TILE + 1;
+pub(super) const SPAN_WIDTH: usize = 2 * BLOCK + 1;
 
 /// The gradient of the scores `C·Bᵀ` and the intra-chunk pairs' part of the log-decays'
 /// gradient, with the decay applied inside the tiles, so that no per-head `q × q` matrix reaches
 /// memory. Per head, `T[i, s] = (dy_i · x_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s` for `s ≤ i`:
 /// `grad_cb = Σ_{heads of the group} T` `[b, c, g, q, q]` (0 above the diagonal), and with
 /// `Z = T ⊙ C·Bᵀ` the sums of the pairs `(s, i)` that span each step `k` (`s < k ≤ i`), per
-/// tile pair `(I, S)` of each head (`spans` `[b, c, h, T(T+1)/2, SPAN_WIDTH]`, `T = ⌈q/TILE⌉`,
+/// tile pair `(I, S)` of each head (`spans` `[b, c, h, T(T+1)/2, SPAN_WIDTH]`, `T = ⌈q/BLOCK⌉`,
 /// the pair `I·(I+1)/2 + S`): for the steps of the tile of `s`, `Σ_{s < k} Σ_i Z[i, s]`; for
 /// those of the tile of `i`, `Σ_{i ≥ k} Σ_s Z[i, s]`; and the pair's total, which spans every
 /// step of the tiles between (on the diagonal, the first slots hold the pairs within the tile
-/// and the rest is 0). [`decay_scans`] adds them up. One cube of `TILE × TILE` threads per tile
-/// pair of a `(b, j, g)` (those above the diagonal write zeros), looping over the group's heads:
-/// `dy · xᵀ` over tiles of `p`, a segment sum from its own terms (the tiles' steps, and the sums
-/// of the tiles between).
+/// and the rest is 0). [`decay_scans`] adds them up. One cube of `UNITS × UNITS` threads per
+/// `BLOCK × BLOCK` tile pair of a `(b, j, g)` (those above the diagonal write zeros), looping
+/// over the group's heads: `dy · xᵀ` over tiles of `p`, a segment sum from its own terms (the
+/// tiles' steps, and the sums of the tiles between).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn score_grads<F: Float, E: Float>(
@@ -668,8 +804,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let dim_p = z.dim_p;
     let chunks = z.chunks;
     let q = z.q;
-    let row_tiles = (q + TILE - 1) / TILE;
-    let col_tiles = (dim_p + TILE - 1) / TILE;
+    let row_tiles = (q + BLOCK - 1) / BLOCK;
+    let col_tiles = (dim_p + BLOCK - 1) / BLOCK;
     let cube = CUBE_POS;
     // a whole cube leaves at once, before any synchronisation
     if cube >= z.batch * chunks * groups * row_tiles * row_tiles {
@@ -682,177 +818,235 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let b = cube / (row_tiles * row_tiles * groups * chunks);
     let ty = UNIT_POS_Y as usize;
     let tx = UNIT_POS_X as usize;
-    let i = it * TILE + ty;
-    let s = st * TILE + tx;
+    let unit = ty * UNITS + tx;
+    let i0 = it * BLOCK;
+    let s0 = st * BLOCK;
     let scores = ((b * chunks + j) * groups + g) * q * q;
     if st > it {
-        if i < q && s < q {
-            grad_cb[scores + i * q + s] = E::new(0.0);
+        #[unroll]
+        for u in 0..PER {
+            #[unroll]
+            for v in 0..PER {
+                let i = i0 + ty + u * UNITS;
+                let s = s0 + tx + v * UNITS;
+                if i < q && s < q {
+                    grad_cb[scores + i * q + s] = E::new(0.0);
+                }
+            }
         }
         terminate!();
-    }
-    let t_i = j * q + i;
-    let t_s = j * q + s;
-    let mut score = F::new(0.0);
-    if i < q && s < q {
-        score = cb[scores + i * q + s];
     }
     let r = heads / groups;
     let pairs = row_tiles * (row_tiles + 1) / 2;
     let pair = it * (it + 1) / 2 + st;
-    let mut lhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut rhs = SharedMemory::<F>::new(TILE * TILE);
-    let mut zt = SharedMemory::<F>::new(TILE * TILE);
-    let mut steps_i = SharedMemory::<F>::new(TILE);
-    let mut steps_s = SharedMemory::<F>::new(TILE);
-    let mut between = SharedMemory::<F>::new(TILE);
-    let mut acc = F::new(0.0);
+    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut zt = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut steps_i = SharedMemory::<F>::new(BLOCK);
+    let mut steps_s = SharedMemory::<F>::new(BLOCK);
+    let mut between = SharedMemory::<F>::new(BLOCK);
+    let mut acc = Array::<F>::new(PER * PER);
+    let mut dyx = Array::<F>::new(PER * PER);
+    #[unroll]
+    for e in 0..PER * PER {
+        acc[e] = F::new(0.0);
+    }
     for hr in 0..r {
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
-        // the steps of both tiles, and the sums of the tiles between
-        if ty == 0 {
+        // the steps of both tiles, and the sums of the (whole) tiles between
+        if unit < BLOCK {
             let mut di = F::new(0.0);
-            if it * TILE + tx < q {
-                di = da[row + it * TILE + tx];
+            if i0 + unit < q {
+                di = da[row + i0 + unit];
             }
-            steps_i[tx] = di;
+            steps_i[unit] = di;
             let mut ds = F::new(0.0);
-            if s < q {
-                ds = da[row + s];
+            if s0 + unit < q {
+                ds = da[row + s0 + unit];
             }
-            steps_s[tx] = ds;
-            // tiles between the two are whole tiles of the chunk
+            steps_s[unit] = ds;
             let mut sum = F::new(0.0);
-            let tile = st + 1 + tx;
+            let tile = st + 1 + unit;
             if tile < it {
-                for k in 0..TILE {
-                    sum += da[row + tile * TILE + k];
+                for k in 0..BLOCK {
+                    sum += da[row + tile * BLOCK + k];
                 }
             }
-            between[tx] = sum;
+            between[unit] = sum;
         }
         // dy_i · x_s over tiles of p
-        let mut dyx = F::new(0.0);
+        #[unroll]
+        for e in 0..PER * PER {
+            dyx[e] = F::new(0.0);
+        }
         for pt in 0..col_tiles {
-            let p_at = pt * TILE + tx;
-            let mut dv = F::new(0.0);
-            if i < q && t_i < len && p_at < dim_p {
-                dv = F::cast_from(grad_y[((b * len + t_i) * heads + h) * dim_p + p_at]);
+            let p0 = pt * BLOCK;
+            #[unroll]
+            for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+                let e = unit + m * UNITS * UNITS;
+                let rr = e / BLOCK;
+                let k = e % BLOCK;
+                let mut dv = F::new(0.0);
+                if i0 + rr < q && j * q + i0 + rr < len && p0 + k < dim_p {
+                    dv = F::cast_from(
+                        grad_y[((b * len + j * q + i0 + rr) * heads + h) * dim_p + p0 + k],
+                    );
+                }
+                lhs[rr * BLOCK + k] = dv;
+                let mut xv = F::new(0.0);
+                if s0 + rr < q && j * q + s0 + rr < len && p0 + k < dim_p {
+                    xv =
+                        F::cast_from(x[((b * len + j * q + s0 + rr) * heads + h) * dim_p + p0 + k]);
+                }
+                rhs[rr * BLOCK + k] = xv;
             }
-            lhs[ty * TILE + tx] = dv;
-            let s_load = st * TILE + ty;
-            let mut xv = F::new(0.0);
-            if s_load < q && j * q + s_load < len && p_at < dim_p {
-                xv = F::cast_from(x[((b * len + j * q + s_load) * heads + h) * dim_p + p_at]);
-            }
-            rhs[ty * TILE + tx] = xv;
             sync_cube();
-            for k in 0..TILE {
-                dyx += lhs[ty * TILE + k] * rhs[tx * TILE + k];
+            for k in 0..BLOCK {
+                #[unroll]
+                for u in 0..PER {
+                    let left = lhs[(ty + u * UNITS) * BLOCK + k];
+                    #[unroll]
+                    for v in 0..PER {
+                        dyx[u * PER + v] += left * rhs[(tx + v * UNITS) * BLOCK + k];
+                    }
+                }
             }
             sync_cube();
         }
-        // Σ_{k=s+1}^{i} dA[k] from its own terms
-        let mut seg = F::new(0.0);
-        if it == st {
-            for k in 0..TILE {
-                let at = it * TILE + k;
-                if at > s && at <= i {
-                    seg += steps_i[k];
-                }
-            }
-        } else {
-            for k in 0..TILE {
-                if st * TILE + k > s {
-                    seg += steps_s[k];
-                }
-            }
-            for k in 0..TILE {
-                if st + 1 + k < it {
-                    seg += between[k];
-                }
-            }
-            for k in 0..TILE {
-                if it * TILE + k <= i {
-                    seg += steps_i[k];
-                }
+        // the segment sums of (s, i], from their own terms
+        let mut across = F::new(0.0);
+        for k in 0..BLOCK {
+            if st + 1 + k < it {
+                across += between[k];
             }
         }
-        let mut weighted = F::new(0.0);
-        if s <= i && i < q && t_s < len {
-            weighted = dyx * seg.exp() * dt[(b * len + t_s) * heads + h];
+        #[unroll]
+        for u in 0..PER {
+            let i = i0 + ty + u * UNITS;
+            // off the diagonal: the terms of the tile of i up to i
+            let mut head_part = F::new(0.0);
+            for k in 0..BLOCK {
+                if i0 + k <= i {
+                    head_part += steps_i[k];
+                }
+            }
+            #[unroll]
+            for v in 0..PER {
+                let s = s0 + tx + v * UNITS;
+                let mut seg = F::new(0.0);
+                if it == st {
+                    for k in 0..BLOCK {
+                        let at = i0 + k;
+                        if at > s && at <= i {
+                            seg += steps_i[k];
+                        }
+                    }
+                } else {
+                    for k in 0..BLOCK {
+                        if s0 + k > s {
+                            seg += steps_s[k];
+                        }
+                    }
+                    seg += across + head_part;
+                }
+                let t_s = j * q + s;
+                let mut weighted = F::new(0.0);
+                if s <= i && i < q && t_s < len {
+                    weighted = dyx[u * PER + v] * seg.exp() * dt[(b * len + t_s) * heads + h];
+                }
+                acc[u * PER + v] += weighted;
+                let mut score = F::new(0.0);
+                if i < q && s < q {
+                    score = cb[scores + i * q + s];
+                }
+                zt[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weighted * score;
+            }
         }
-        acc += weighted;
-        zt[ty * TILE + tx] = weighted * score;
         sync_cube();
         let out = (((b * chunks + j) * heads + h) * pairs + pair) * SPAN_WIDTH;
         if it == st {
             // row sums before each step, then summed over the rows from the step on
-            let mut before = F::new(0.0);
-            for k in 0..TILE {
-                if k < tx {
-                    before += zt[ty * TILE + k];
+            #[unroll]
+            for u in 0..PER {
+                #[unroll]
+                for v in 0..PER {
+                    let rr = ty + u * UNITS;
+                    let kk = tx + v * UNITS;
+                    let mut before = F::new(0.0);
+                    for k in 0..BLOCK {
+                        if k < kk {
+                            before += zt[rr * BLOCK + k];
+                        }
+                    }
+                    lhs[rr * BLOCK + kk] = before;
                 }
             }
-            lhs[ty * TILE + tx] = before;
             sync_cube();
-            if ty == 0 {
+            if unit < BLOCK {
                 let mut sum = F::new(0.0);
-                for k in 0..TILE {
-                    if k >= tx {
-                        sum += lhs[k * TILE + tx];
+                for k in 0..BLOCK {
+                    if k >= unit {
+                        sum += lhs[k * BLOCK + unit];
                     }
                 }
-                spans[out + tx] = sum;
-                spans[out + TILE + tx] = F::new(0.0);
-                if tx == 0 {
-                    spans[out + 2 * TILE] = F::new(0.0);
+                spans[out + unit] = sum;
+                spans[out + BLOCK + unit] = F::new(0.0);
+                if unit == 0 {
+                    spans[out + 2 * BLOCK] = F::new(0.0);
                 }
             }
         } else {
             // the column sums (over i) and the row sums (over s)
-            if ty == 0 {
+            if unit < BLOCK {
                 let mut sum = F::new(0.0);
-                for k in 0..TILE {
-                    sum += zt[k * TILE + tx];
+                for k in 0..BLOCK {
+                    sum += zt[k * BLOCK + unit];
                 }
-                lhs[tx] = sum;
-            }
-            if ty == 1 {
+                lhs[unit] = sum;
+            } else if unit < 2 * BLOCK {
+                let rr = unit - BLOCK;
                 let mut sum = F::new(0.0);
-                for k in 0..TILE {
-                    sum += zt[tx * TILE + k];
+                for k in 0..BLOCK {
+                    sum += zt[rr * BLOCK + k];
                 }
-                lhs[TILE + tx] = sum;
+                lhs[BLOCK + rr] = sum;
             }
             sync_cube();
-            if ty == 0 {
+            if unit < BLOCK {
                 let mut sources = F::new(0.0);
                 let mut targets = F::new(0.0);
                 let mut total = F::new(0.0);
-                for k in 0..TILE {
+                for k in 0..BLOCK {
                     let column = lhs[k];
                     total += column;
-                    if k < tx {
+                    if k < unit {
                         sources += column;
                     }
-                    if k >= tx {
-                        targets += lhs[TILE + k];
+                    if k >= unit {
+                        targets += lhs[BLOCK + k];
                     }
                 }
-                spans[out + tx] = sources;
-                spans[out + TILE + tx] = targets;
-                if tx == 0 {
-                    spans[out + 2 * TILE] = total;
+                spans[out + unit] = sources;
+                spans[out + BLOCK + unit] = targets;
+                if unit == 0 {
+                    spans[out + 2 * BLOCK] = total;
                 }
             }
         }
         // the next head overwrites the shared tiles
         sync_cube();
     }
-    if i < q && s < q {
-        grad_cb[scores + i * q + s] = E::cast_from(acc);
+    #[unroll]
+    for u in 0..PER {
+        #[unroll]
+        for v in 0..PER {
+            let i = i0 + ty + u * UNITS;
+            let s = s0 + tx + v * UNITS;
+            if i < q && s < q {
+                grad_cb[scores + i * q + s] = E::cast_from(acc[u * PER + v]);
+            }
+        }
     }
 }
 
@@ -881,9 +1075,9 @@ pub(super) fn decay_scans<F: Float>(
     a: &Tensor<F>,           // [h]
     dt: &Tensor<F>,          // [b, l, h]
     cs: &Tensor<F>,          // [b, h, c·q]
-    terms: &Tensor<F>,       // [3, b, h, c·q, ⌈p/TILE⌉]: u, w, x·dx̃ per tile of p
+    terms: &Tensor<F>,       // [3, b, h, c·q, ⌈p/BLOCK⌉]: u, w, x·dx̃ per tile of p
     spans: &Tensor<F>,       // [b, c, h, T(T+1)/2, SPAN_WIDTH]
-    outside: &Tensor<F>,     // [b, c, h, ⌈p/TILE⌉]: ⟨G[j+1], S[j]⟩ per tile of p
+    outside: &Tensor<F>,     // [b, c, h, ⌈p/BLOCK⌉]: ⟨G[j+1], S[j]⟩ per tile of p
     grad_da: &mut Tensor<F>, // [b, l, h]
     grad_dt: &mut Tensor<F>, // [b, l, h]
     grad_a: &mut Tensor<F>,  // [b, c, h]: this chunk's part
@@ -906,7 +1100,7 @@ pub(super) fn decay_scans<F: Float>(
     let size = TILE * TILE;
     let row = (b * heads + h) * chunks * q + j * q;
     let t = j * q + k;
-    let parts = (z.dim_p + TILE - 1) / TILE;
+    let parts = (z.dim_p + BLOCK - 1) / BLOCK;
     let part = z.batch * heads * chunks * q * parts;
     // padding, at the end, has no terms
     let mut w = F::new(0.0);
@@ -946,20 +1140,20 @@ pub(super) fn decay_scans<F: Float>(
     }
     // the pairs within the chunk: those of the tile pairs with the step's tile as the sources',
     // as the targets', and of those spanning the whole tile
-    let row_tiles = (q + TILE - 1) / TILE;
+    let row_tiles = (q + BLOCK - 1) / BLOCK;
     let pairs = row_tiles * (row_tiles + 1) / 2;
     let base = ((b * chunks + j) * heads + h) * pairs;
-    let kt = k / TILE;
-    let kx = k % TILE;
+    let kt = k / BLOCK;
+    let kx = k % BLOCK;
     let mut within = F::new(0.0);
     if k < q {
         for ti in kt..row_tiles {
             within += spans[(base + ti * (ti + 1) / 2 + kt) * SPAN_WIDTH + kx];
         }
         for ts in 0..kt {
-            within += spans[(base + kt * (kt + 1) / 2 + ts) * SPAN_WIDTH + TILE + kx];
+            within += spans[(base + kt * (kt + 1) / 2 + ts) * SPAN_WIDTH + BLOCK + kx];
             for ti in kt + 1..row_tiles {
-                within += spans[(base + ti * (ti + 1) / 2 + ts) * SPAN_WIDTH + 2 * TILE];
+                within += spans[(base + ti * (ti + 1) / 2 + ts) * SPAN_WIDTH + 2 * BLOCK];
             }
         }
     }

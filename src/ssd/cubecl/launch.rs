@@ -88,7 +88,8 @@ pub(super) fn address_type<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> Addres
 }
 
 /// Launches the kernel `kernels::$kernel` with one thread per element of `$threads` (or, with
-/// `tiles $cubes`, `$cubes` cubes of `kernels::TILE × kernels::TILE` threads, [`tile_grid`]):
+/// `tiles $cubes`, `$cubes` cubes of `kernels::TILE × kernels::TILE` threads, with `blocks
+/// $cubes` of `kernels::UNITS × kernels::UNITS`, [`tile_grid`]):
 /// its tensor arguments (local variables, in the kernel's order), then its other arguments, the
 /// element types last ([`f32_type`], [`types`]).
 /// The address type covers every tensor of the launch ([`address_type`]).
@@ -96,6 +97,11 @@ macro_rules! launch {
     ($kernel:ident, tiles $cubes:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
         let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
         let grid = super::launch::tile_grid(tensors[0], $cubes, super::kernels::TILE);
+        super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
+    }};
+    ($kernel:ident, blocks $cubes:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
+        let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
+        let grid = super::launch::tile_grid(tensors[0], $cubes, super::kernels::UNITS);
         super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
     }};
     ($kernel:ident, $threads:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
