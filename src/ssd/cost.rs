@@ -32,6 +32,17 @@ const KERNEL_CUBE: usize = 64;
 const TILE: usize = 16;
 /// The output tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`), a cube per tile.
 const BLOCK: usize = 32;
+/// The elements of each thread of a tiled kernel along each side of its tile.
+const PER: usize = 4;
+
+/// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
+/// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its
+/// own terms on the diagonal tile (a loop over the tile), from the column's and the row's sums
+/// shared by a thread's elements below it, then an `exp`, the weight's products and the
+/// multiply-adds of the tile.
+fn weighted_tiles(rows: usize, pairs: usize) -> usize {
+    rows * (2 * BLOCK + 8) + (pairs - rows) * (4 * BLOCK / PER + 8) + pairs * 2 * BLOCK
+}
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
 
@@ -372,7 +383,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
     // segment's terms within the tile, an exp, two products; then the multiply-adds), and each
     // row tile's tiles of n
     let columns = b * c * h * cols;
-    let flops = columns * (pairs * tile * (4 * BLOCK + 4) + rows * states * tile * 2 * BLOCK);
+    let flops = columns * tile * (weighted_tiles(rows, pairs) + rows * states * 2 * BLOCK);
     plan.tiled(
         "chunk_scan",
         LaunchKind::Tiled,
@@ -436,7 +447,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     // of s also sum ⟨G_out, S_in⟩ over their elements
     let cubes = b * c * h * rows * cols;
     let columns = b * c * h * cols;
-    let flops = columns * (pairs * tile * (4 * BLOCK + 4) + rows * tiles_n * tile * 4 * BLOCK)
+    let flops = columns * tile * (weighted_tiles(rows, pairs) + rows * tiles_n * 4 * BLOCK)
         + cubes * tile * 12;
     plan.tiled(
         "chunk_scan_grads",
@@ -451,7 +462,16 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
     // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
     // over the tiles of p, the weights, the pairs' sums
-    let flops = b * c * g * pairs * r * tile * (2 * BLOCK * cols + 7 * BLOCK + 4);
+    // per head: dy·xᵀ over the tiles of p and the weights of every tile pair, the pairs' sums
+    // (a loop over the tile per element on the diagonal, sums of rows and columns below)
+    let flops = b
+        * c
+        * g
+        * r
+        * tile
+        * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
+            + rows * 2 * BLOCK
+            + (pairs - rows) * 4);
     plan.tiled(
         "score_grads",
         LaunchKind::Tiled,
@@ -459,7 +479,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         flops,
         plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
         plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * BLOCK + 1)),
-        r * (cols * BLOCK + 7 * BLOCK),
+        r * (cols * BLOCK + 3 * BLOCK),
     );
     plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);

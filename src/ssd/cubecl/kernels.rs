@@ -375,24 +375,50 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         }
         sync_cube();
         // the weights of the thread's rows i and columns s: each segment's terms within the
-        // tile, then the row's carry
+        // tile, then the row's carry. Below the diagonal tile every row lies after the tile:
+        // a column's terms after s, the same for every row, and the tile's total
+        let below = back > 0;
+        let mut after = Array::<F>::new(PER);
+        let mut total = F::new(0.0);
+        if below {
+            for k in 0..BLOCK {
+                total += steps[k];
+            }
+            #[unroll]
+            for v in 0..PER {
+                let s = s0 + tx + v * UNITS;
+                let mut sum = F::new(0.0);
+                for k in 0..BLOCK {
+                    if s0 + k > s {
+                        sum += steps[k];
+                    }
+                }
+                after[v] = sum;
+            }
+        }
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty + u * UNITS;
-            let mut whole = F::new(0.0);
-            for k in 0..BLOCK {
-                if s0 + k <= i {
-                    whole += steps[k];
+            let mut whole = total;
+            if !below {
+                for k in 0..BLOCK {
+                    if s0 + k <= i {
+                        whole += steps[k];
+                    }
                 }
             }
             #[unroll]
             for v in 0..PER {
                 let s = s0 + tx + v * UNITS;
                 let mut inner = F::new(0.0);
-                for k in 0..BLOCK {
-                    let at = s0 + k;
-                    if at > s && at <= i {
-                        inner += steps[k];
+                if below {
+                    inner = after[v];
+                } else {
+                    for k in 0..BLOCK {
+                        let at = s0 + k;
+                        if at > s && at <= i {
+                            inner += steps[k];
+                        }
                     }
                 }
                 let t_s = j * q + s;
@@ -662,24 +688,50 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         }
         sync_cube();
         // the weights M[i, s] of the thread's rows s and columns i, and per row the sum of
-        // this tile's terms after s
+        // this tile's terms after s. After the diagonal tile every row lies before the tile: a
+        // column's terms up to i, the same for every row, and the tile's total
+        let beyond = it > st;
+        let mut upto = Array::<F>::new(PER);
+        let mut total = F::new(0.0);
+        if beyond {
+            for k in 0..BLOCK {
+                total += steps[k];
+            }
+            #[unroll]
+            for v in 0..PER {
+                let i = i0 + tx + v * UNITS;
+                let mut sum = F::new(0.0);
+                for k in 0..BLOCK {
+                    if i0 + k <= i {
+                        sum += steps[k];
+                    }
+                }
+                upto[v] = sum;
+            }
+        }
         #[unroll]
         for u in 0..PER {
             let s = s0 + ty + u * UNITS;
-            let mut whole = F::new(0.0);
-            for k in 0..BLOCK {
-                if i0 + k > s {
-                    whole += steps[k];
+            let mut whole = total;
+            if !beyond {
+                for k in 0..BLOCK {
+                    if i0 + k > s {
+                        whole += steps[k];
+                    }
                 }
             }
             #[unroll]
             for v in 0..PER {
                 let i = i0 + tx + v * UNITS;
                 let mut inner = F::new(0.0);
-                for k in 0..BLOCK {
-                    let at = i0 + k;
-                    if at > s && at <= i {
-                        inner += steps[k];
+                if beyond {
+                    inner = upto[v];
+                } else {
+                    for k in 0..BLOCK {
+                        let at = i0 + k;
+                        if at > s && at <= i {
+                            inner += steps[k];
+                        }
                     }
                 }
                 let mut weight = F::new(0.0);
@@ -921,14 +973,31 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 across += between[k];
             }
         }
+        // off the diagonal: each column's terms of its tile after s
+        let mut tail = Array::<F>::new(PER);
+        if it > st {
+            #[unroll]
+            for v in 0..PER {
+                let s = s0 + tx + v * UNITS;
+                let mut sum = F::new(0.0);
+                for k in 0..BLOCK {
+                    if s0 + k > s {
+                        sum += steps_s[k];
+                    }
+                }
+                tail[v] = sum;
+            }
+        }
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty + u * UNITS;
             // off the diagonal: the terms of the tile of i up to i
             let mut head_part = F::new(0.0);
-            for k in 0..BLOCK {
-                if i0 + k <= i {
-                    head_part += steps_i[k];
+            if it > st {
+                for k in 0..BLOCK {
+                    if i0 + k <= i {
+                        head_part += steps_i[k];
+                    }
                 }
             }
             #[unroll]
@@ -943,12 +1012,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
                         }
                     }
                 } else {
-                    for k in 0..BLOCK {
-                        if s0 + k > s {
-                            seg += steps_s[k];
-                        }
-                    }
-                    seg += across + head_part;
+                    seg = tail[v] + across + head_part;
                 }
                 let t_s = j * q + s;
                 let mut weighted = F::new(0.0);
