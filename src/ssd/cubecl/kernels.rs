@@ -15,6 +15,10 @@
 //! document starts' `-10⁴` cannot cancel small terms; the log-decays' gradient sums only the
 //! pairs that span each step.
 
+// CubeCL's kernel macro expands arithmetic operators, not `usize::div_ceil` or
+// `is_multiple_of`: the kernels spell them out
+#![allow(clippy::manual_div_ceil, clippy::manual_is_multiple_of)]
+
 use cubecl::prelude::*;
 
 /// The sizes of a scan, which every kernel takes (`super::forward::Dims` at launch): batch,
