@@ -251,6 +251,46 @@ pub(super) const UNITS: usize = 8;
 /// The elements of each thread of the tiled kernels along each side.
 const PER: usize = BLOCK / UNITS;
 
+/// `acc += lhs · rhs` for the thread's `PER × PER` elements of a `BLOCK × BLOCK` tile
+/// (rows `ty + u·UNITS`, columns `tx + v·UNITS`), over the `BLOCK` columns of `lhs` (row-major
+/// `[BLOCK, BLOCK]`) and rows of `rhs` (`[BLOCK, BLOCK]`, or its transpose with
+/// `rhs_transposed`).
+#[cube]
+fn tile_product<F: Float>(
+    lhs: &SharedMemory<F>,
+    rhs: &SharedMemory<F>,
+    acc: &mut Array<F>,
+    ty: usize,
+    tx: usize,
+    #[comptime] rhs_transposed: bool,
+) {
+    for k in 0..BLOCK {
+        #[unroll]
+        for u in 0..PER {
+            let left = lhs[(ty + u * UNITS) * BLOCK + k];
+            #[unroll]
+            for v in 0..PER {
+                let mut at = k * BLOCK + tx + v * UNITS;
+                if rhs_transposed {
+                    at = (tx + v * UNITS) * BLOCK + k;
+                }
+                acc[u * PER + v] += left * rhs[at];
+            }
+        }
+    }
+}
+
+/// A thread's `PER × PER` accumulators, zero.
+#[cube]
+fn zeros<F: Float>() -> Array<F> {
+    let mut acc = Array::<F>::new(PER * PER);
+    #[unroll]
+    for e in 0..PER * PER {
+        acc[e] = F::new(0.0);
+    }
+    acc
+}
+
 /// A chunk's output in the input's layout, `y` `[b, l, h, p]`, with the decay applied inside
 /// the tiles of its two products, so that no per-head `q × q` matrix reaches memory:
 /// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · C_i ·
@@ -304,13 +344,8 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut steps = SharedMemory::<F>::new(BLOCK);
-    let mut off = Array::<F>::new(PER * PER);
-    let mut diag = Array::<F>::new(PER * PER);
-    #[unroll]
-    for e in 0..PER * PER {
-        off[e] = F::new(0.0);
-        diag[e] = F::new(0.0);
-    }
+    let mut off = zeros::<F>();
+    let mut diag = zeros::<F>();
 
     // the entering state's part, C_i · S[j]ᵀ, over tiles of n
     let state = ((b * (chunks + 1) + j) * heads + h) * dim_p * dim_n;
@@ -335,16 +370,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             rhs[k * BLOCK + r] = sv;
         }
         sync_cube();
-        for k in 0..BLOCK {
-            #[unroll]
-            for u in 0..PER {
-                let left = lhs[(ty + u * UNITS) * BLOCK + k];
-                #[unroll]
-                for v in 0..PER {
-                    off[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
-                }
-            }
-        }
+        tile_product::<F>(&lhs, &rhs, &mut off, ty, tx, false);
         sync_cube();
     }
 
@@ -437,16 +463,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             carry[u] += whole;
         }
         sync_cube();
-        for k in 0..BLOCK {
-            #[unroll]
-            for u in 0..PER {
-                let left = lhs[(ty + u * UNITS) * BLOCK + k];
-                #[unroll]
-                for v in 0..PER {
-                    diag[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
-                }
-            }
-        }
+        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
         sync_cube();
     }
     #[unroll]
@@ -583,15 +600,9 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let mut lhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut rhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut steps = SharedMemory::<F>::new(BLOCK);
-    let mut gb = Array::<F>::new(PER * PER);
-    let mut off = Array::<F>::new(PER * PER);
-    let mut diag = Array::<F>::new(PER * PER);
-    #[unroll]
-    for e in 0..PER * PER {
-        gb[e] = F::new(0.0);
-        off[e] = F::new(0.0);
-        diag[e] = F::new(0.0);
-    }
+    let mut gb = zeros::<F>();
+    let mut off = zeros::<F>();
+    let mut diag = zeros::<F>();
 
     // B_s · Gᵀ and C_s · S[j]ᵀ, over tiles of n
     let per_head = dim_p * dim_n;
@@ -628,18 +639,8 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
             dot += gv * sv;
         }
         sync_cube();
-        for k in 0..BLOCK {
-            #[unroll]
-            for u in 0..PER {
-                let left_b = lhs[(ty + u * UNITS) * BLOCK + k];
-                let left_c = lhs2[(ty + u * UNITS) * BLOCK + k];
-                #[unroll]
-                for v in 0..PER {
-                    gb[u * PER + v] += left_b * rhs[k * BLOCK + tx + v * UNITS];
-                    off[u * PER + v] += left_c * rhs2[k * BLOCK + tx + v * UNITS];
-                }
-            }
-        }
+        tile_product::<F>(&lhs, &rhs, &mut gb, ty, tx, false);
+        tile_product::<F>(&lhs2, &rhs2, &mut off, ty, tx, false);
         sync_cube();
     }
     if st == 0 {
@@ -747,16 +748,7 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
             carry[u] += whole;
         }
         sync_cube();
-        for k in 0..BLOCK {
-            #[unroll]
-            for u in 0..PER {
-                let left = lhs[(ty + u * UNITS) * BLOCK + k];
-                #[unroll]
-                for v in 0..PER {
-                    diag[u * PER + v] += left * rhs[k * BLOCK + tx + v * UNITS];
-                }
-            }
-        }
+        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
         sync_cube();
     }
 
@@ -901,12 +893,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let mut steps_i = SharedMemory::<F>::new(BLOCK);
     let mut steps_s = SharedMemory::<F>::new(BLOCK);
     let mut between = SharedMemory::<F>::new(BLOCK);
-    let mut acc = Array::<F>::new(PER * PER);
-    let mut dyx = Array::<F>::new(PER * PER);
-    #[unroll]
-    for e in 0..PER * PER {
-        acc[e] = F::new(0.0);
-    }
+    let mut acc = zeros::<F>();
     for hr in 0..r {
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
@@ -932,10 +919,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
             between[unit] = sum;
         }
         // dy_i · x_s over tiles of p
-        #[unroll]
-        for e in 0..PER * PER {
-            dyx[e] = F::new(0.0);
-        }
+        let mut dyx = zeros::<F>();
         for pt in 0..col_tiles {
             let p0 = pt * BLOCK;
             #[unroll]
@@ -958,16 +942,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 rhs[rr * BLOCK + k] = xv;
             }
             sync_cube();
-            for k in 0..BLOCK {
-                #[unroll]
-                for u in 0..PER {
-                    let left = lhs[(ty + u * UNITS) * BLOCK + k];
-                    #[unroll]
-                    for v in 0..PER {
-                        dyx[u * PER + v] += left * rhs[(tx + v * UNITS) * BLOCK + k];
-                    }
-                }
-            }
+            tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx, true);
             sync_cube();
         }
         // the segment sums of (s, i], from their own terms
