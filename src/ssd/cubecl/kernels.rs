@@ -35,6 +35,30 @@ pub(super) struct Sizes {
     pub(super) q: usize,
 }
 
+/// In place, over the `TILE²` values of a cube (one per thread, `i` this thread's): the
+/// inclusive sums of `up` from the start and those of `down` to the end (Hillis and Steele's
+/// scans, `log₂ TILE²` steps, sums of terms, never differences).
+#[cube]
+fn scans<F: Float>(up: &mut SharedMemory<F>, down: &mut SharedMemory<F>, i: usize) {
+    let size = TILE * TILE;
+    let mut offset = 1;
+    while offset < size {
+        let mut from_start = up[i];
+        if i >= offset {
+            from_start += up[i - offset];
+        }
+        let mut to_end = down[i];
+        if i + offset < size {
+            to_end += down[i + offset];
+        }
+        sync_cube();
+        up[i] = from_start;
+        down[i] = to_end;
+        sync_cube();
+        offset *= 2;
+    }
+}
+
 /// What every later launch reads of a chunk, for one head: the per-step log-decays `dA[t] =
 /// dt[t]·a + starts[t]·(-10⁴)`, their inclusive sums within the chunk `cs` and the decay from
 /// each position to the chunk's end `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (all `[b, h,
@@ -106,22 +130,7 @@ pub(super) fn chunk_prep<F: Float, E: Float>(
     }
     to_last[i] = next;
     sync_cube();
-    let mut offset = 1;
-    while offset < size {
-        let mut up = from_start[i];
-        if i >= offset {
-            up += from_start[i - offset];
-        }
-        let mut down = to_last[i];
-        if i + offset < size {
-            down += to_last[i + offset];
-        }
-        sync_cube();
-        from_start[i] = up;
-        to_last[i] = down;
-        sync_cube();
-        offset *= 2;
-    }
+    scans::<F>(&mut from_start, &mut to_last, i);
     // each position's scales of x and dy
     let decay_end = to_last[i].exp();
     let decay_out = from_start[i].exp();
@@ -280,6 +289,71 @@ fn tile_product<F: Float>(
     }
 }
 
+/// Loads a `BLOCK × BLOCK` tile of `src` into `tile` (row-major, or transposed with
+/// `transposed`): row `r` and column `k` from `src[first + r·row_stride + k]` where
+/// `first_row + r < row_end` and `first_col + k < col_end`, zero elsewhere. Each of the cube's
+/// `UNITS²` threads loads `PER²` elements, adjacent threads adjacent ones.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_tile<F: Float, E: Float>(
+    src: &Tensor<E>,
+    tile: &mut SharedMemory<F>,
+    first: usize,
+    row_stride: usize,
+    first_row: usize,
+    row_end: usize,
+    first_col: usize,
+    col_end: usize,
+    unit: usize,
+    #[comptime] transposed: bool,
+) {
+    #[unroll]
+    for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+        let e = unit + m * UNITS * UNITS;
+        let r = e / BLOCK;
+        let k = e % BLOCK;
+        let mut value = F::new(0.0);
+        if first_row + r < row_end && first_col + k < col_end {
+            value = F::cast_from(src[first + r * row_stride + k]);
+        }
+        if transposed {
+            tile[k * BLOCK + r] = value;
+        } else {
+            tile[r * BLOCK + k] = value;
+        }
+    }
+}
+
+/// Loads the `BLOCK` log-decays of a tile from `da[first]` into `steps` (position `pos0` of
+/// its chunk on; zero past the chunk's `q`).
+#[cube]
+fn load_steps<F: Float>(
+    da: &Tensor<F>,
+    steps: &mut SharedMemory<F>,
+    first: usize,
+    pos0: usize,
+    q: usize,
+    unit: usize,
+) {
+    if unit < BLOCK {
+        let mut d = F::new(0.0);
+        if pos0 + unit < q {
+            d = da[first + unit];
+        }
+        steps[unit] = d;
+    }
+}
+
+/// The positions of chunk `j` inside the sequence: `q`, or fewer in the last chunk.
+#[cube]
+fn chunk_len(j: usize, q: usize, len: usize) -> usize {
+    let mut count = q;
+    if len - j * q < q {
+        count = len - j * q;
+    }
+    count
+}
+
 /// A thread's `PER × PER` accumulators, zero.
 #[cube]
 fn zeros<F: Float>() -> Array<F> {
@@ -349,26 +423,28 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
 
     // the entering state's part, C_i · S[j]ᵀ, over tiles of n
     let state = ((b * (chunks + 1) + j) * heads + h) * dim_p * dim_n;
+    // the positions of the chunk inside the sequence
+    let valid = chunk_len(j, q, len);
     for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
         let n0 = nt * BLOCK;
-        #[unroll]
-        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
-            let e = unit + m * UNITS * UNITS;
-            let r = e / BLOCK;
-            let k = e % BLOCK;
-            let t = j * q + i0 + r;
-            let mut cv = F::new(0.0);
-            if i0 + r < q && t < len && n0 + k < dim_n {
-                cv = F::cast_from(c_mat[((b * len + t) * groups + g) * dim_n + n0 + k]);
-            }
-            lhs[r * BLOCK + k] = cv;
-            // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
-            let mut sv = F::new(0.0);
-            if p0 + r < dim_p && n0 + k < dim_n {
-                sv = states[state + (p0 + r) * dim_n + n0 + k];
-            }
-            rhs[k * BLOCK + r] = sv;
-        }
+        let first_c = ((b * len + j * q + i0) * groups + g) * dim_n + n0;
+        load_tile::<F, E>(
+            c_mat,
+            &mut lhs,
+            first_c,
+            groups * dim_n,
+            i0,
+            valid,
+            n0,
+            dim_n,
+            unit,
+            false,
+        );
+        // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
+        let first_s = state + p0 * dim_n + n0;
+        load_tile::<F, F>(
+            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        );
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut off, ty, tx, false);
         sync_cube();
@@ -384,25 +460,20 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     }
     for back in 0..it + 1 {
         let s0 = (it - back) * BLOCK;
-        if unit < BLOCK {
-            let mut d = F::new(0.0);
-            if s0 + unit < q {
-                d = da[row + s0 + unit];
-            }
-            steps[unit] = d;
-        }
-        #[unroll]
-        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
-            let e = unit + m * UNITS * UNITS;
-            let r = e / BLOCK;
-            let k = e % BLOCK;
-            let s = s0 + r;
-            let mut xv = F::new(0.0);
-            if s < q && j * q + s < len && p0 + k < dim_p {
-                xv = F::cast_from(x[((b * len + j * q + s) * heads + h) * dim_p + p0 + k]);
-            }
-            rhs[r * BLOCK + k] = xv;
-        }
+        load_steps::<F>(da, &mut steps, row + s0, s0, q, unit);
+        let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
+        load_tile::<F, E>(
+            x,
+            &mut rhs,
+            first_x,
+            heads * dim_p,
+            s0,
+            valid,
+            p0,
+            dim_p,
+            unit,
+            false,
+        );
         sync_cube();
         // the weights of the thread's rows i and columns s: each segment's terms within the
         // tile, then the row's carry. Below the diagonal tile every row lies after the tile:
@@ -610,33 +681,32 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let leaving = entering + heads * per_head;
     // ⟨G, S[j]⟩ over this cube's elements: read once by the cubes of the first tile of s
     let mut dot = F::new(0.0);
+    // the positions of the chunk inside the sequence
+    let valid = chunk_len(j, q, len);
     for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
         let n0 = nt * BLOCK;
+        let first_bc = ((b * len + j * q + s0) * groups + g) * dim_n + n0;
+        let stride = groups * dim_n;
+        load_tile::<F, E>(
+            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit, false,
+        );
+        load_tile::<F, E>(
+            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit, false,
+        );
+        // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
+        let (first_g, first_s) = (leaving + p0 * dim_n + n0, entering + p0 * dim_n + n0);
+        load_tile::<F, F>(
+            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        );
+        load_tile::<F, F>(
+            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        );
+        // the elements this thread loaded
         #[unroll]
         for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
             let e = unit + m * UNITS * UNITS;
-            let r = e / BLOCK;
-            let k = e % BLOCK;
-            let t = j * q + s0 + r;
-            let mut bv = F::new(0.0);
-            let mut cv = F::new(0.0);
-            if s0 + r < q && t < len && n0 + k < dim_n {
-                let at = ((b * len + t) * groups + g) * dim_n + n0 + k;
-                bv = F::cast_from(b_mat[at]);
-                cv = F::cast_from(c_mat[at]);
-            }
-            lhs[r * BLOCK + k] = bv;
-            lhs2[r * BLOCK + k] = cv;
-            // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
-            let mut gv = F::new(0.0);
-            let mut sv = F::new(0.0);
-            if p0 + r < dim_p && n0 + k < dim_n {
-                gv = adjoints[leaving + (p0 + r) * dim_n + n0 + k];
-                sv = states[entering + (p0 + r) * dim_n + n0 + k];
-            }
-            rhs[k * BLOCK + r] = gv;
-            rhs2[k * BLOCK + r] = sv;
-            dot += gv * sv;
+            let at = (e % BLOCK) * BLOCK + e / BLOCK;
+            dot += rhs[at] * rhs2[at];
         }
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut gb, ty, tx, false);
@@ -672,25 +742,12 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     }
     for it in st..row_tiles {
         let i0 = it * BLOCK;
-        if unit < BLOCK {
-            let mut d = F::new(0.0);
-            if i0 + unit < q {
-                d = da[row + i0 + unit];
-            }
-            steps[unit] = d;
-        }
-        #[unroll]
-        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
-            let e = unit + m * UNITS * UNITS;
-            let r = e / BLOCK;
-            let k = e % BLOCK;
-            let i = i0 + r;
-            let mut dyv = F::new(0.0);
-            if i < q && j * q + i < len && p0 + k < dim_p {
-                dyv = F::cast_from(grad_y[((b * len + j * q + i) * heads + h) * dim_p + p0 + k]);
-            }
-            rhs[r * BLOCK + k] = dyv;
-        }
+        load_steps::<F>(da, &mut steps, row + i0, i0, q, unit);
+        let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
+        let stride = heads * dim_p;
+        load_tile::<F, E>(
+            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
+        );
         sync_cube();
         // the weights M[i, s] of the thread's rows s and columns i, and per row the sum of
         // this tile's terms after s. After the diagonal tile every row lies before the tile: a
@@ -887,6 +944,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let r = heads / groups;
     let pairs = row_tiles * (row_tiles + 1) / 2;
     let pair = it * (it + 1) / 2 + st;
+    // the positions of the chunk inside the sequence
+    let valid = chunk_len(j, q, len);
     let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut zt = SharedMemory::<F>::new(BLOCK * BLOCK);
@@ -898,17 +957,9 @@ pub(super) fn score_grads<F: Float, E: Float>(
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
         // the steps of both tiles, and the sums of the (whole) tiles between
+        load_steps::<F>(da, &mut steps_i, row + i0, i0, q, unit);
+        load_steps::<F>(da, &mut steps_s, row + s0, s0, q, unit);
         if unit < BLOCK {
-            let mut di = F::new(0.0);
-            if i0 + unit < q {
-                di = da[row + i0 + unit];
-            }
-            steps_i[unit] = di;
-            let mut ds = F::new(0.0);
-            if s0 + unit < q {
-                ds = da[row + s0 + unit];
-            }
-            steps_s[unit] = ds;
             let mut sum = F::new(0.0);
             let tile = st + 1 + unit;
             if tile < it {
@@ -922,25 +973,15 @@ pub(super) fn score_grads<F: Float, E: Float>(
         let mut dyx = zeros::<F>();
         for pt in 0..col_tiles {
             let p0 = pt * BLOCK;
-            #[unroll]
-            for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
-                let e = unit + m * UNITS * UNITS;
-                let rr = e / BLOCK;
-                let k = e % BLOCK;
-                let mut dv = F::new(0.0);
-                if i0 + rr < q && j * q + i0 + rr < len && p0 + k < dim_p {
-                    dv = F::cast_from(
-                        grad_y[((b * len + j * q + i0 + rr) * heads + h) * dim_p + p0 + k],
-                    );
-                }
-                lhs[rr * BLOCK + k] = dv;
-                let mut xv = F::new(0.0);
-                if s0 + rr < q && j * q + s0 + rr < len && p0 + k < dim_p {
-                    xv =
-                        F::cast_from(x[((b * len + j * q + s0 + rr) * heads + h) * dim_p + p0 + k]);
-                }
-                rhs[rr * BLOCK + k] = xv;
-            }
+            let stride = heads * dim_p;
+            let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
+            let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
+            load_tile::<F, E>(
+                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
+            );
+            load_tile::<F, E>(
+                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit, false,
+            );
             sync_cube();
             tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx, true);
             sync_cube();
@@ -1165,22 +1206,7 @@ pub(super) fn decay_scans<F: Float>(
     sync_cube();
     targets[k] = previous;
     sync_cube();
-    let mut offset = 1;
-    while offset < size {
-        let mut up = targets[k];
-        if k >= offset {
-            up += targets[k - offset];
-        }
-        let mut down = sources[k];
-        if k + offset < size {
-            down += sources[k + offset];
-        }
-        sync_cube();
-        targets[k] = up;
-        sources[k] = down;
-        sync_cube();
-        offset *= 2;
-    }
+    scans::<F>(&mut targets, &mut sources, k);
     // the pairs within the chunk: those of the tile pairs with the step's tile as the sources',
     // as the targets', and of those spanning the whole tile
     let row_tiles = (q + BLOCK - 1) / BLOCK;
