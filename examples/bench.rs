@@ -16,7 +16,8 @@
 //! `device_reserved_mb`), the thread count, and the configuration. `--dtype f16` / `bf16` runs
 //! the model in half precision where the backend has it.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
-//! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs.
+//! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs;
+//! `ssd-train` one layer's chunked SSD alone, forward and backward (`--ssd` chooses the path).
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
 //! cores on the cpu, 1 on a GPU), as the training steps of the models do under
 //! `train::Threaded`.
@@ -36,6 +37,7 @@ mod common;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, Optimizer};
+use burn::tensor::backend::Backend;
 use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
 use mamba2_burn::cpu::CpuBackbone;
@@ -48,7 +50,8 @@ use serde_json::json;
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Benchmark Mamba-2 training, forward, decode steps and the SSD")]
 struct Args {
-    /// Modes to run, comma separated: train, forward, step, ssd, ssd-cost (the fused GPU
+    /// Modes to run, comma separated: train, forward, step, ssd, ssd-train (one layer's SSD
+    /// alone, forward and backward, on the `--ssd` path), ssd-cost (the fused GPU
     /// scan's cost model at this shape, `mamba2_burn::ssd::cost`: no device, nothing timed).
     #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
     mode: Vec<String>,
@@ -478,7 +481,9 @@ fn bench_step<B: SsdBackend>(
     Ok((per_run / tokens as f64, cpu_run / cpu_tokens as f64))
 }
 
-fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
+/// One layer's SSD inputs at the bench's shape (`x`, `B`, `C` normal, `dt` in 0.001 … 0.1,
+/// `A` in −16 … −1), on `device`.
+fn ssd_input<B: Backend>(args: &Args, device: &B::Device) -> SsdInput<B> {
     let h = args.d_model * 2 / args.headdim;
     let (b, l, p, n, g) = (
         args.batch(),
@@ -493,7 +498,11 @@ fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
     let a = Tensor::<B, 1>::random([h], Distribution::Uniform(-16.0, -1.0), device);
     let bm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
     let cm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
-    let input = SsdInput::new(x, dt, a, bm, cm, args.chunk_size);
+    SsdInput::new(x, dt, a, bm, cm, args.chunk_size)
+}
+
+fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
+    let input = ssd_input::<B>(args, device);
     let chunked = timed(args.iters, || {
         let (y, s) = ssd_chunked(input.clone());
         let _ = (y.into_data(), s.into_data());
@@ -503,6 +512,36 @@ fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
         let _ = (y.into_data(), s.into_data());
     });
     (chunked, sequential)
+}
+
+/// `--mode ssd-train`: one layer's chunked SSD alone, forward and backward of the loss
+/// `mean(y²) + mean(S²)` (the gradients of every input read back), on the `--ssd` path.
+fn bench_ssd_train<B: SsdAutodiffBackend>(
+    args: &Args,
+    device: &B::Device,
+    memory: &DeviceMemory,
+) -> f64 {
+    let base = ssd_input::<B>(args, device);
+    let run = || {
+        let input = SsdInput::new(
+            base.x.clone().require_grad(),
+            base.dt.clone().require_grad(),
+            base.a.clone().require_grad(),
+            base.b.clone().require_grad(),
+            base.c.clone().require_grad(),
+            base.chunk_size,
+        );
+        let leaves = [&input.x, &input.b, &input.c].map(|t| t.clone());
+        let (dt, a) = (input.dt.clone(), input.a.clone());
+        let (y, s) = ssd_chunked(input);
+        let grads = (y.powi_scalar(2).mean() + s.powi_scalar(2).mean()).backward();
+        for t in leaves {
+            let _ = t.grad(&grads).map(|g| g.into_data());
+        }
+        let _ = dt.grad(&grads).map(|g| g.into_data());
+        let _ = a.grad(&grads).map(|g| g.into_data());
+    };
+    timed_sampled(args.iters, run, || memory.sample())
 }
 
 /// `--dtype`: `None` for `f32`, the half-precision type otherwise.
@@ -565,8 +604,16 @@ fn run<B: SsdBackend>(
                     json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
                 );
             }
+            "ssd-train" => {
+                let t = bench_ssd_train::<Autodiff<B>>(args, &device, &memory);
+                let mut extra = json!({ "tokens_per_s": tokens / t });
+                merge(&mut extra, memory.take());
+                report(args, mode, t, extra);
+            }
             other => {
-                eprintln!("error: unknown --mode {other:?} (train, forward, step, ssd, ssd-cost)");
+                eprintln!(
+                    "error: unknown --mode {other:?} (train, forward, step, ssd, ssd-train, ssd-cost)"
+                );
                 std::process::exit(2);
             }
         }

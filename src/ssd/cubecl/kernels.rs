@@ -365,6 +365,90 @@ fn zeros<F: Float>() -> Array<F> {
     acc
 }
 
+/// The segment sums of a thread's `PER × PER` pairs over one tile of steps (`steps`, the
+/// log-decays of positions `first` … `first + BLOCK`). With `rows_end`, row `u` is the segment's
+/// end `i_u = row + u·UNITS` and column `v` its start `s_v = col + v·UNITS`; without, the
+/// reverse. `inner[u·PER + v]` is the sum of the tile's steps `k` with `s < k ≤ i`; `part[u]`
+/// that of the steps in row `u`'s segments to or from the tile's other end (`k ≤ i_u` with
+/// `rows_end`, `k > s_u` without). With `outside`, every row lies past the tile (after it with
+/// `rows_end`, before without): then `part[u]` is the tile's total and `inner` depends on the
+/// column alone. Each step is read once, at an address the same for every thread, and added in
+/// order where it lies in the segment (a select, not a branch: a CPU device such as lavapipe
+/// runs a branch, and a load inside it, once per thread), so every sum is one of its own
+/// terms, as everywhere in the scan.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn segment_sums<F: Float>(
+    steps: &SharedMemory<F>,
+    inner: &mut Array<F>,
+    part: &mut Array<F>,
+    first: usize,
+    row: usize,
+    col: usize,
+    outside: bool,
+    #[comptime] rows_end: bool,
+) {
+    let zero = F::new(0.0);
+    #[unroll]
+    for u in 0..PER {
+        part[u] = zero;
+    }
+    if outside {
+        let mut columns = Array::<F>::new(PER);
+        #[unroll]
+        for v in 0..PER {
+            columns[v] = zero;
+        }
+        for k in 0..BLOCK {
+            let step = steps[k];
+            let at = first + k;
+            #[unroll]
+            for u in 0..PER {
+                part[u] += step;
+            }
+            #[unroll]
+            for v in 0..PER {
+                let c = col + v * UNITS;
+                let mut inside = at <= c;
+                if rows_end {
+                    inside = at > c;
+                }
+                columns[v] += select(inside, step, zero);
+            }
+        }
+        #[unroll]
+        for u in 0..PER {
+            #[unroll]
+            for v in 0..PER {
+                inner[u * PER + v] = columns[v];
+            }
+        }
+    } else {
+        for k in 0..BLOCK {
+            let step = steps[k];
+            let at = first + k;
+            #[unroll]
+            for u in 0..PER {
+                let r = row + u * UNITS;
+                let mut to_row = at > r;
+                if rows_end {
+                    to_row = at <= r;
+                }
+                part[u] += select(to_row, step, zero);
+                #[unroll]
+                for v in 0..PER {
+                    let c = col + v * UNITS;
+                    let mut inside = at > r && at <= c;
+                    if rows_end {
+                        inside = at > c && at <= r;
+                    }
+                    inner[u * PER + v] += select(inside, step, zero);
+                }
+            }
+        }
+    }
+}
+
 /// A chunk's output in the input's layout, `y` `[b, l, h, p]`, with the decay applied inside
 /// the tiles of its two products, so that no per-head `q × q` matrix reaches memory:
 /// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · C_i ·
@@ -476,62 +560,35 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         );
         sync_cube();
         // the weights of the thread's rows i and columns s: each segment's terms within the
-        // tile, then the row's carry. Below the diagonal tile every row lies after the tile:
-        // a column's terms after s, the same for every row, and the tile's total
-        let below = back > 0;
-        let mut after = Array::<F>::new(PER);
-        let mut total = F::new(0.0);
-        if below {
-            for k in 0..BLOCK {
-                total += steps[k];
-            }
-            #[unroll]
-            for v in 0..PER {
-                let s = s0 + tx + v * UNITS;
-                let mut sum = F::new(0.0);
-                for k in 0..BLOCK {
-                    if s0 + k > s {
-                        sum += steps[k];
-                    }
-                }
-                after[v] = sum;
-            }
-        }
+        // tile (`inner`), then the row's carry; `whole`, per row, the tile's terms up to i
+        let mut inner = zeros::<F>();
+        let mut whole = Array::<F>::new(PER);
+        segment_sums::<F>(
+            &steps,
+            &mut inner,
+            &mut whole,
+            s0,
+            i0 + ty,
+            s0 + tx,
+            back > 0,
+            true,
+        );
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty + u * UNITS;
-            let mut whole = total;
-            if !below {
-                for k in 0..BLOCK {
-                    if s0 + k <= i {
-                        whole += steps[k];
-                    }
-                }
-            }
             #[unroll]
             for v in 0..PER {
                 let s = s0 + tx + v * UNITS;
-                let mut inner = F::new(0.0);
-                if below {
-                    inner = after[v];
-                } else {
-                    for k in 0..BLOCK {
-                        let at = s0 + k;
-                        if at > s && at <= i {
-                            inner += steps[k];
-                        }
-                    }
-                }
                 let t_s = j * q + s;
                 let mut weight = F::new(0.0);
                 if s <= i && i < q && t_s < len {
                     weight = cb[scores + i * q + s]
-                        * (inner + carry[u]).exp()
+                        * (inner[u * PER + v] + carry[u]).exp()
                         * dt[(b * len + t_s) * heads + h];
                 }
                 lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
             }
-            carry[u] += whole;
+            carry[u] += whole[u];
         }
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
@@ -714,20 +771,16 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         sync_cube();
     }
     if st == 0 {
-        // the cube's sum, a tree in shared memory
+        // the cube's sum, by its first thread in a fixed order: one synchronisation where a
+        // tree takes log₂ 64
         lhs[unit] = dot;
         sync_cube();
-        let mut offset = 1;
-        while offset < UNITS * UNITS {
-            if unit % (2 * offset) == 0 && unit + offset < UNITS * UNITS {
-                let other = lhs[unit + offset];
-                lhs[unit] += other;
-            }
-            sync_cube();
-            offset *= 2;
-        }
         if unit == 0 {
-            outside[((b * chunks + j) * heads + h) * col_tiles + pt] = lhs[0];
+            let mut sum = F::new(0.0);
+            for k in 0..UNITS * UNITS {
+                sum += lhs[k];
+            }
+            outside[((b * chunks + j) * heads + h) * col_tiles + pt] = sum;
         }
         sync_cube();
     }
@@ -749,60 +802,34 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
             grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
         );
         sync_cube();
-        // the weights M[i, s] of the thread's rows s and columns i, and per row the sum of
-        // this tile's terms after s. After the diagonal tile every row lies before the tile: a
-        // column's terms up to i, the same for every row, and the tile's total
-        let beyond = it > st;
-        let mut upto = Array::<F>::new(PER);
-        let mut total = F::new(0.0);
-        if beyond {
-            for k in 0..BLOCK {
-                total += steps[k];
-            }
-            #[unroll]
-            for v in 0..PER {
-                let i = i0 + tx + v * UNITS;
-                let mut sum = F::new(0.0);
-                for k in 0..BLOCK {
-                    if i0 + k <= i {
-                        sum += steps[k];
-                    }
-                }
-                upto[v] = sum;
-            }
-        }
+        // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
+        // within the tile (`inner`), then the row's carry; `whole`, per row, the tile's terms
+        // after s
+        let mut inner = zeros::<F>();
+        let mut whole = Array::<F>::new(PER);
+        segment_sums::<F>(
+            &steps,
+            &mut inner,
+            &mut whole,
+            i0,
+            s0 + ty,
+            i0 + tx,
+            it > st,
+            false,
+        );
         #[unroll]
         for u in 0..PER {
             let s = s0 + ty + u * UNITS;
-            let mut whole = total;
-            if !beyond {
-                for k in 0..BLOCK {
-                    if i0 + k > s {
-                        whole += steps[k];
-                    }
-                }
-            }
             #[unroll]
             for v in 0..PER {
                 let i = i0 + tx + v * UNITS;
-                let mut inner = F::new(0.0);
-                if beyond {
-                    inner = upto[v];
-                } else {
-                    for k in 0..BLOCK {
-                        let at = i0 + k;
-                        if at > s && at <= i {
-                            inner += steps[k];
-                        }
-                    }
-                }
                 let mut weight = F::new(0.0);
                 if s <= i && i < q {
-                    weight = cb[scores + i * q + s] * (carry[u] + inner).exp();
+                    weight = cb[scores + i * q + s] * (carry[u] + inner[u * PER + v]).exp();
                 }
                 lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
             }
-            carry[u] += whole;
+            carry[u] += whole[u];
         }
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
@@ -993,46 +1020,54 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 across += between[k];
             }
         }
-        // off the diagonal: each column's terms of its tile after s
-        let mut tail = Array::<F>::new(PER);
-        if it > st {
+        // on the diagonal, the segments' terms (`inner`); off it, each column's terms of its
+        // tile after s (`inner`, the same for every row) and each row's terms of its tile up to
+        // i (`head`)
+        let mut inner = zeros::<F>();
+        let mut head = Array::<F>::new(PER);
+        if it == st {
+            segment_sums::<F>(
+                &steps_i,
+                &mut inner,
+                &mut head,
+                i0,
+                i0 + ty,
+                s0 + tx,
+                false,
+                true,
+            );
+        } else {
+            segment_sums::<F>(
+                &steps_s,
+                &mut inner,
+                &mut head,
+                s0,
+                i0 + ty,
+                s0 + tx,
+                true,
+                true,
+            );
             #[unroll]
-            for v in 0..PER {
-                let s = s0 + tx + v * UNITS;
-                let mut sum = F::new(0.0);
-                for k in 0..BLOCK {
-                    if s0 + k > s {
-                        sum += steps_s[k];
-                    }
+            for u in 0..PER {
+                head[u] = F::new(0.0);
+            }
+            for k in 0..BLOCK {
+                let step = steps_i[k];
+                #[unroll]
+                for u in 0..PER {
+                    head[u] += select(k <= ty + u * UNITS, step, F::new(0.0));
                 }
-                tail[v] = sum;
             }
         }
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty + u * UNITS;
-            // off the diagonal: the terms of the tile of i up to i
-            let mut head_part = F::new(0.0);
-            if it > st {
-                for k in 0..BLOCK {
-                    if i0 + k <= i {
-                        head_part += steps_i[k];
-                    }
-                }
-            }
             #[unroll]
             for v in 0..PER {
                 let s = s0 + tx + v * UNITS;
-                let mut seg = F::new(0.0);
-                if it == st {
-                    for k in 0..BLOCK {
-                        let at = i0 + k;
-                        if at > s && at <= i {
-                            seg += steps_i[k];
-                        }
-                    }
-                } else {
-                    seg = tail[v] + across + head_part;
+                let mut seg = inner[u * PER + v];
+                if it != st {
+                    seg = inner[u * PER + v] + across + head[u];
                 }
                 let t_s = j * q + s;
                 let mut weighted = F::new(0.0);
@@ -1051,28 +1086,30 @@ pub(super) fn score_grads<F: Float, E: Float>(
         let out = (((b * chunks + j) * heads + h) * pairs + pair) * SPAN_WIDTH;
         if it == st {
             // row sums before each step, then summed over the rows from the step on
+            // (each value read once, added where it counts: selects, as in `segment_sums`)
+            let mut before = zeros::<F>();
+            for k in 0..BLOCK {
+                #[unroll]
+                for u in 0..PER {
+                    let value = zt[(ty + u * UNITS) * BLOCK + k];
+                    #[unroll]
+                    for v in 0..PER {
+                        before[u * PER + v] += select(k < tx + v * UNITS, value, F::new(0.0));
+                    }
+                }
+            }
             #[unroll]
             for u in 0..PER {
                 #[unroll]
                 for v in 0..PER {
-                    let rr = ty + u * UNITS;
-                    let kk = tx + v * UNITS;
-                    let mut before = F::new(0.0);
-                    for k in 0..BLOCK {
-                        if k < kk {
-                            before += zt[rr * BLOCK + k];
-                        }
-                    }
-                    lhs[rr * BLOCK + kk] = before;
+                    lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = before[u * PER + v];
                 }
             }
             sync_cube();
             if unit < BLOCK {
                 let mut sum = F::new(0.0);
                 for k in 0..BLOCK {
-                    if k >= unit {
-                        sum += lhs[k * BLOCK + unit];
-                    }
+                    sum += select(k >= unit, lhs[k * BLOCK + unit], F::new(0.0));
                 }
                 spans[out + unit] = sum;
                 spans[out + BLOCK + unit] = F::new(0.0);
@@ -1104,12 +1141,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 for k in 0..BLOCK {
                     let column = lhs[k];
                     total += column;
-                    if k < unit {
-                        sources += column;
-                    }
-                    if k >= unit {
-                        targets += lhs[BLOCK + k];
-                    }
+                    sources += select(k < unit, column, F::new(0.0));
+                    targets += select(k >= unit, lhs[BLOCK + k], F::new(0.0));
                 }
                 spans[out + unit] = sources;
                 spans[out + BLOCK + unit] = targets;
