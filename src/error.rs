@@ -90,6 +90,19 @@ pub enum Mamba2Error {
         dtype: String,
     },
 
+    /// Checkpoint tensors contradict each other or their index: a tensor in a shard other than
+    /// the one `model.safetensors.index.json` names, or a tied weight (`lm_head.weight`) that
+    /// differs from the one it is tied to.
+    #[error("checkpoint {file}: tensor `{name}` {reason}")]
+    TensorConflict {
+        /// The checkpoint file that holds the tensor.
+        file: PathBuf,
+        /// The tensor name, as the checkpoint spells it.
+        name: String,
+        /// What it contradicts.
+        reason: String,
+    },
+
     /// A checkpoint or config file could not be read or parsed.
     #[error("{file}: {reason}")]
     File {

@@ -2,12 +2,12 @@
 //! shapes, broken checkpoints. Also: this crate's own records round-trip exactly.
 
 use crate::common;
+use crate::common::safetensors::{f32_entry, read_entries, write_entries, Entry};
 
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
-use burn::store::{ModuleStore, SafetensorsStore};
-use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use mamba2_burn::{
     load_backbone, load_lm, read_config, save_lm, CheckpointFormat, DtLimit, Mamba2BackboneConfig,
     Mamba2Config, Mamba2Error, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
@@ -190,66 +190,6 @@ fn wrong_input_shapes_are_errors() {
         ),
         "x"
     );
-}
-
-/// One tensor of a hand-written safetensors file.
-struct Entry {
-    name: String,
-    dtype: &'static str,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-fn f32_entry(name: &str, shape: Vec<usize>, values: &[f32]) -> Entry {
-    Entry {
-        name: name.into(),
-        dtype: "F32",
-        shape,
-        bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    }
-}
-
-fn read_entries(file: &Path) -> Vec<Entry> {
-    let mut store = SafetensorsStore::from_file(file);
-    store
-        .get_all_snapshots()
-        .unwrap()
-        .iter()
-        .map(|(name, snap)| {
-            let data = snap.to_data().unwrap();
-            assert_eq!(data.dtype, DType::F32);
-            f32_entry(name, data.shape.to_vec(), &data.to_vec::<f32>().unwrap())
-        })
-        .collect()
-}
-
-fn write_entries(file: &Path, entries: &[Entry]) {
-    let mut header = String::from("{");
-    let mut offset = 0;
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            header.push(',');
-        }
-        header.push_str(&format!(
-            "\"{}\":{{\"dtype\":\"{}\",\"shape\":{:?},\"data_offsets\":[{},{}]}}",
-            e.name,
-            e.dtype,
-            e.shape,
-            offset,
-            offset + e.bytes.len()
-        ));
-        offset += e.bytes.len();
-    }
-    header.push('}');
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut out = (header.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(header.as_bytes());
-    for e in entries {
-        out.extend_from_slice(&e.bytes);
-    }
-    std::fs::write(file, out).unwrap();
 }
 
 /// A copy of a fixture case whose weights went through `edit`.

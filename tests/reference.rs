@@ -371,7 +371,7 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// Checks every case in `root` on backend `B` (in reverse order with `reverse`) within `tol`,
+/// Checks every case (of `MAMBA2_REFERENCE_DIR`, or the repository's) on backend `B` (in reverse order with `reverse`) within `tol`,
 /// printing each case's worst errors under the backend's `name`; the names of the failed cases.
 fn check_cases<B: SsdAutodiffBackend>(
     name: &str,
@@ -381,9 +381,31 @@ fn check_cases<B: SsdAutodiffBackend>(
 ) -> Vec<String> {
     let root = match std::env::var_os("MAMBA2_REFERENCE_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference"),
+        None => fixture_root(),
     };
-    let mut dirs = case_dirs(&root);
+    check_cases_in::<B>(&root, name, dev, reverse, tol)
+}
+
+/// The reference cases in the repository.
+pub(crate) fn fixture_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference")
+}
+
+/// Every case in `root` on NdArray in `f32` at the usual tolerance: the names of the failed
+/// cases (for folders the tests make from the reference cases).
+pub(crate) fn check_cases_on_ndarray(root: &Path, name: &str) -> Vec<String> {
+    check_cases_in::<Autodiff<NdArray<f32>>>(root, name, &Default::default(), false, F32_TOL)
+}
+
+/// [`check_cases`] on the case folders of `root`.
+fn check_cases_in<B: SsdAutodiffBackend>(
+    root: &Path,
+    name: &str,
+    dev: &B::Device,
+    reverse: bool,
+    tol: Tolerance,
+) -> Vec<String> {
+    let mut dirs = case_dirs(root);
     assert!(
         !dirs.is_empty(),
         "no reference case folders (config.json + expected.safetensors) in {}",

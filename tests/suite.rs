@@ -10,6 +10,7 @@
 mod common;
 
 mod backend;
+mod checkpoints;
 mod errors;
 #[cfg(feature = "timeseries")]
 mod forecaster;

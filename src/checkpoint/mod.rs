@@ -1,25 +1,31 @@
 //! Checkpoints: Hugging Face and state-spaces Mamba-2 folders, and this crate's own records.
 //!
-//! A checkpoint folder holds `config.json` and `model.safetensors`:
+//! A checkpoint folder holds `config.json` and the weights, in any layout Mamba-2 checkpoints
+//! are published in: `model.safetensors`, shards listed by `model.safetensors.index.json`, or
+//! `pytorch_model.bin` (with the `pytorch` feature):
 //!
 //! - **Hugging Face** (`Mamba2ForCausalLM`): `config.json` as transformers writes it (it may hold
 //!   `Infinity`, like published configs), tensors `backbone.embeddings.weight`,
 //!   `backbone.layers.{i}.{norm.weight, mixer.*}`, `backbone.norm_f.weight`, `lm_head.weight`.
 //! - **state-spaces** (`MambaLMHeadModel`): `config.json` with `d_model`, `n_layer`,
-//!   `ssm_cfg = {"layer": "Mamba2", ...}`; `backbone.embedding.weight`; `lm_head.weight` may be
-//!   absent when the embeddings are tied.
+//!   `ssm_cfg = {"layer": "Mamba2", ...}`; `backbone.embedding.weight`; with tied embeddings
+//!   `lm_head.weight` may be absent, or stored beside the embedding (as `torch.save` writes it),
+//!   when it must equal it.
 //! - **this crate** ([`save_lm`]): `config.json` of a [`Mamba2LmConfig`] and `model.mpk`, a
 //!   full-precision Burn record.
 //!
 //! Loading is all or nothing: every parameter must be found with the right shape and a float
-//! type, and every tensor in the file must be used, or the load fails with an error that names
-//! the tensor; no partially loaded model is ever returned.
+//! type (`f32`, `f16`, `bf16` or `f64`, cast to the model's), every tensor in the files must be
+//! used, and a sharded checkpoint must hold each tensor in the shard its index names, or the
+//! load fails with an error that names the file and the tensor; no partially loaded model is
+//! ever returned.
 
 mod config;
 mod hf;
 pub(crate) mod record;
 mod safetensors;
 mod state_spaces;
+mod weights;
 
 use std::path::{Path, PathBuf};
 
@@ -30,31 +36,41 @@ use crate::layers::backbone::Mamba2Backbone;
 use crate::models::lm::{Mamba2Lm, Mamba2LmConfig};
 use record::{load_record, save_config};
 use safetensors::{
-    backbone_params, check_weights_fit, lm_params, load_safetensors, TensorSource, EMBEDDING_NAMES,
+    backbone_params, check_tied_head, check_weights_fit, lm_params, load_tensors, TensorSource,
+    EMBEDDING_NAMES, HEAD_NAME,
 };
+use weights::WeightFiles;
 
 pub use config::{read_config, CheckpointFormat};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;
 
-/// Loads the language model of a checkpoint folder (`config.json` + `model.safetensors` for
-/// the Hugging Face and state-spaces formats, `config.json` + `model.mpk` for this crate's).
+/// Loads the language model of a checkpoint folder (`config.json` and the weights in any
+/// published layout for the Hugging Face and state-spaces formats, `config.json` +
+/// `model.mpk` for this crate's).
 pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<Mamba2Lm<B>> {
     let dir = dir.as_ref();
     let (config, format) = read_config(dir)?;
-    let weights = match format {
-        CheckpointFormat::Burn => dir.join("model.mpk"),
-        _ => dir.join("model.safetensors"),
-    };
-    check_weights_fit(&weights, lm_params(&config))?;
-    let model = config.init::<B>(device)?;
     if format == CheckpointFormat::Burn {
+        check_weights_fit(
+            &WeightFiles::Record(dir.join("model.mpk")),
+            lm_params(&config),
+        )?;
+        let model = config.init::<B>(device)?;
         return load_record(model, &dir.join("model"), device);
     }
+    let files = WeightFiles::find(dir)?;
+    check_weights_fit(&files, lm_params(&config))?;
+    let tensors = files.read()?;
     let tied = config.tie_embeddings;
-    load_safetensors(
+    if tied {
+        check_tied_head(&tensors)?;
+    }
+    let model = config.init::<B>(device)?;
+    load_tensors(
         model,
-        &dir.join("model.safetensors"),
+        &tensors,
+        files.path(),
         |path| {
             let (name, transpose) = pytorch_name(path, format);
             let names = if path == "embedding.weight" {
@@ -62,7 +78,7 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
                 let mut names: Vec<String> =
                     EMBEDDING_NAMES.iter().map(|s| s.to_string()).collect();
                 if tied {
-                    names.push("lm_head.weight".into());
+                    names.push(HEAD_NAME.into());
                 }
                 names
             } else {
@@ -71,12 +87,12 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
             TensorSource { names, transpose }
         },
         // with tied embeddings, the head and both embedding spellings are the same matrix
-        |name| tied && (name == "lm_head.weight" || EMBEDDING_NAMES.contains(&name)),
+        |name| tied && (name == HEAD_NAME || EMBEDDING_NAMES.contains(&name)),
     )
 }
 
 /// Loads only the backbone (blocks and `norm_f`) of a Hugging Face or state-spaces checkpoint
-/// folder; the embedding and LM head in the file are skipped.
+/// folder; the embedding and LM head in the files are skipped.
 pub fn load_backbone<B: Backend>(
     dir: impl AsRef<Path>,
     device: &B::Device,
@@ -86,12 +102,14 @@ pub fn load_backbone<B: Backend>(
     if format == CheckpointFormat::Burn {
         return Ok(load_lm::<B>(dir, device)?.backbone);
     }
-    let weights = dir.join("model.safetensors");
-    check_weights_fit(&weights, backbone_params(&config.backbone))?;
+    let files = WeightFiles::find(dir)?;
+    check_weights_fit(&files, backbone_params(&config.backbone))?;
+    let tensors = files.read()?;
     let model = config.backbone.init::<B>(device)?;
-    load_safetensors(
+    load_tensors(
         model,
-        &dir.join("model.safetensors"),
+        &tensors,
+        files.path(),
         |path| {
             let (name, transpose) = pytorch_name(&format!("backbone.{path}"), format);
             TensorSource {
@@ -99,7 +117,7 @@ pub fn load_backbone<B: Backend>(
                 transpose,
             }
         },
-        |name| name == "lm_head.weight" || EMBEDDING_NAMES.contains(&name),
+        |name| name == HEAD_NAME || EMBEDDING_NAMES.contains(&name),
     )
 }
 

@@ -1,34 +1,30 @@
-//! PyTorch-layout weights (`model.safetensors` of the Hugging Face and state-spaces formats):
-//! the names and layouts of each parameter, the size check made before a model is built, and
-//! the all-or-nothing load.
+//! PyTorch-layout weights (of the Hugging Face and state-spaces formats, in any of the files
+//! [`super::weights`] reads): the names and layouts of each parameter, the size check made
+//! before a model is built, and the all-or-nothing load.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::rc::Rc;
 
 use burn::module::Module;
-use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, TensorSnapshot};
+use burn::store::{ModuleSnapshot, TensorSnapshot};
 use burn::tensor::{backend::Backend, DType, TensorData};
 
 use super::config::CheckpointFormat;
+use super::weights::{Located, Tensors, WeightFiles};
 use crate::error::{Mamba2Error, Result};
 use crate::layers::backbone::Mamba2BackboneConfig;
 use crate::models::lm::Mamba2LmConfig;
 
-/// Checks, before a model is built, that `file` is large enough for the parameters that
-/// `params` (a count from the config) declares at 2 bytes each (f16 / bf16, the smallest float
-/// type a checkpoint may hold), so that a config declaring a huge model next to a small file
-/// is an error and not an allocation of the declared size.
-pub(super) fn check_weights_fit(file: &Path, params: f64) -> Result<()> {
-    if !file.is_file() {
-        return Err(Mamba2Error::file(file, "no such file"));
-    }
-    let len = std::fs::metadata(file)
-        .map_err(|e| Mamba2Error::file(file, format!("cannot read: {e}")))?
-        .len();
+/// Checks, before a model is built, that the weight files are large enough for the parameters
+/// that `params` (a count from the config) declares at 2 bytes each (f16 / bf16, the smallest
+/// float type a checkpoint may hold), so that a config declaring a huge model next to small
+/// files is an error and not an allocation of the declared size.
+pub(super) fn check_weights_fit(files: &WeightFiles, params: f64) -> Result<()> {
+    let len = files.bytes()?;
     if 2.0 * params > len as f64 {
         return Err(Mamba2Error::file(
-            file,
+            files.path(),
             format!("{len} bytes cannot hold the {params:.0} parameters that config.json declares"),
         ));
     }
@@ -107,6 +103,9 @@ pub fn pytorch_name(path: &str, format: CheckpointFormat) -> (String, bool) {
 pub(super) const EMBEDDING_NAMES: [&str; 2] =
     ["backbone.embeddings.weight", "backbone.embedding.weight"];
 
+/// The LM head's checkpoint name.
+pub(super) const HEAD_NAME: &str = "lm_head.weight";
+
 /// Converts a checkpoint tensor to the parameter's layout and float type.
 fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
     if !transpose {
@@ -124,40 +123,37 @@ fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
     TensorData::new(out, [cols, rows]).convert_dtype(dtype)
 }
 
-/// Loads `file` into `model`: every parameter from the name(s) `source` gives, every file
-/// tensor used or `ignorable`. Validates everything before touching the model.
-pub(super) fn load_safetensors<B: Backend, M: Module<B>>(
+/// Loads the checkpoint's `tensors` into `model`: every parameter from the name(s) `source`
+/// gives, every checkpoint tensor used or `ignorable`; `origin` names the checkpoint in the
+/// errors of a tensor it lacks. Validates everything before touching the model.
+pub(super) fn load_tensors<B: Backend, M: Module<B>>(
     model: M,
-    file: &Path,
+    tensors: &Tensors,
+    origin: &Path,
     source: impl Fn(&str) -> TensorSource,
     ignorable: impl Fn(&str) -> bool,
 ) -> Result<M> {
-    // the callers have checked that the file exists and fits the model (`check_weights_fit`)
-    let mut store = SafetensorsStore::from_file(file);
-    let tensors = store
-        .get_all_snapshots()
-        .map_err(|e| Mamba2Error::file(file, format!("not a readable safetensors file: {e}")))?
-        .clone();
     let mut used = BTreeSet::new();
     let mut snapshots = Vec::new();
     for param in model.collect(None, None, false) {
         let path = param.full_path();
         let TensorSource { names, transpose } = source(&path);
-        let Some((name, found)) = names
+        let Some((name, located)) = names
             .iter()
             .find_map(|n| tensors.get(n).map(|t| (n.clone(), t)))
         else {
             return Err(Mamba2Error::MissingTensor {
-                file: file.to_path_buf(),
+                file: origin.to_path_buf(),
                 name: names[0].clone(),
             });
         };
+        let (found, file) = (&located.snapshot, &located.file);
         if !matches!(
             found.dtype,
             DType::F64 | DType::F32 | DType::F16 | DType::BF16
         ) {
             return Err(Mamba2Error::TensorDType {
-                file: file.to_path_buf(),
+                file: file.clone(),
                 name,
                 dtype: format!("{:?}", found.dtype),
             });
@@ -168,7 +164,7 @@ pub(super) fn load_safetensors<B: Backend, M: Module<B>>(
         }
         if found.shape.to_vec() != expected {
             return Err(Mamba2Error::TensorShape {
-                file: file.to_path_buf(),
+                file: file.clone(),
                 name,
                 expected,
                 actual: found.shape.to_vec(),
@@ -186,9 +182,12 @@ pub(super) fn load_safetensors<B: Backend, M: Module<B>>(
         ));
         used.insert(name);
     }
-    if let Some(extra) = tensors.keys().find(|k| !used.contains(*k) && !ignorable(k)) {
+    if let Some((extra, located)) = tensors
+        .iter()
+        .find(|(k, _)| !used.contains(*k) && !ignorable(k))
+    {
         return Err(Mamba2Error::UnexpectedTensor {
-            file: file.to_path_buf(),
+            file: located.file.clone(),
             name: extra.clone(),
         });
     }
@@ -196,7 +195,40 @@ pub(super) fn load_safetensors<B: Backend, M: Module<B>>(
     let mut model = model;
     let result = model.apply(snapshots, None, None, false);
     if !result.errors.is_empty() || result.applied.len() != expected {
-        return Err(Mamba2Error::file(file, format!("loading failed: {result}")));
+        return Err(Mamba2Error::file(
+            origin,
+            format!("loading failed: {result}"),
+        ));
     }
     Ok(model)
+}
+
+/// With tied embeddings, a checkpoint that stores `lm_head.weight` beside the embedding (as
+/// `torch.save` of a tied model does) must store the same matrix: a head that differs would be
+/// dropped silently, so it is an error.
+pub(super) fn check_tied_head(tensors: &Tensors) -> Result<()> {
+    let Some(head) = tensors.get(HEAD_NAME) else {
+        return Ok(());
+    };
+    let read = |located: &Located, name: &str| {
+        located
+            .snapshot
+            .to_data()
+            .map(|d| d.convert::<f32>())
+            .map_err(|e| Mamba2Error::file(&located.file, format!("cannot read `{name}`: {e}")))
+    };
+    for name in EMBEDDING_NAMES {
+        if let Some(embedding) = tensors.get(name) {
+            let same = embedding.snapshot.shape == head.snapshot.shape
+                && read(embedding, name)?.as_bytes() == read(head, HEAD_NAME)?.as_bytes();
+            if !same {
+                return Err(Mamba2Error::TensorConflict {
+                    file: head.file.clone(),
+                    name: HEAD_NAME.into(),
+                    reason: format!("differs from `{name}`, but config.json ties the embeddings"),
+                });
+            }
+        }
+    }
+    Ok(())
 }

@@ -30,7 +30,88 @@ pub struct Mamba2LmConfig {
     pub initializer_range: f64,
 }
 
+/// The published language models (state-spaces `mamba2-*`, trained on the Pile with the
+/// GPT-NeoX tokenizer): `(name, d_model, n_layer)`. Every other field is `Mamba2Config`'s
+/// default, which is `mamba_ssm`'s (`d_state` 128, `headdim` 64, `expand` 2, one group,
+/// chunks of 256); vocabulary 50,277 padded to a multiple of 16, tied embeddings.
+const PUBLISHED: [(&str, usize, usize); 5] = [
+    ("mamba2-130m", 768, 24),
+    ("mamba2-370m", 1024, 48),
+    ("mamba2-780m", 1536, 48),
+    ("mamba2-1.3b", 2048, 48),
+    ("mamba2-2.7b", 2560, 64),
+];
+
+/// The vocabulary of the published models (GPT-NeoX's tokenizer).
+const PUBLISHED_VOCAB: usize = 50_277;
+
 impl Mamba2LmConfig {
+    /// The shape of a published model by its name (`mamba2-130m`, `mamba2-370m`,
+    /// `mamba2-780m`, `mamba2-1.3b`, `mamba2-2.7b`; the `state-spaces/` prefix may be given),
+    /// as its `config.json` describes it; `None` for another name.
+    pub fn published(name: &str) -> Option<Self> {
+        let name = name.strip_prefix("state-spaces/").unwrap_or(name);
+        PUBLISHED
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .map(|&(_, d_model, n_layer)| {
+                let mixer = crate::layers::mixer::Mamba2Config::new(d_model);
+                Self::new(Mamba2BackboneConfig::new(n_layer, mixer), PUBLISHED_VOCAB)
+            })
+    }
+
+    /// The names [`published`](Self::published) knows, smallest first.
+    pub fn published_names() -> impl Iterator<Item = &'static str> {
+        PUBLISHED.iter().map(|(n, ..)| *n)
+    }
+
+    /// `state-spaces/mamba2-130m`: `d_model` 768, 24 layers, 129M parameters.
+    pub fn mamba2_130m() -> Self {
+        Self::published("mamba2-130m").expect("a published name")
+    }
+
+    /// `state-spaces/mamba2-370m`: `d_model` 1024, 48 layers, 368M parameters.
+    pub fn mamba2_370m() -> Self {
+        Self::published("mamba2-370m").expect("a published name")
+    }
+
+    /// `state-spaces/mamba2-780m`: `d_model` 1536, 48 layers, 780M parameters.
+    pub fn mamba2_780m() -> Self {
+        Self::published("mamba2-780m").expect("a published name")
+    }
+
+    /// `state-spaces/mamba2-1.3b`: `d_model` 2048, 48 layers, 1.34B parameters.
+    pub fn mamba2_1_3b() -> Self {
+        Self::published("mamba2-1.3b").expect("a published name")
+    }
+
+    /// `state-spaces/mamba2-2.7b`: `d_model` 2560, 64 layers, 2.70B parameters.
+    pub fn mamba2_2_7b() -> Self {
+        Self::published("mamba2-2.7b").expect("a published name")
+    }
+
+    /// The number of parameters [`init`](Self::init) creates (the embedding once when tied),
+    /// computed from the config without building the model.
+    pub fn num_params(&self) -> usize {
+        let m = &self.backbone.mixer;
+        let d_inner = m.d_inner();
+        let heads = d_inner / m.headdim;
+        let bc = 2 * m.ngroups * m.d_state;
+        let conv_dim = d_inner + bc;
+        let in_proj = m.d_model * (2 * d_inner + bc + heads)
+            + if m.bias { 2 * d_inner + bc + heads } else { 0 };
+        let conv = conv_dim * m.d_conv + if m.conv_bias { conv_dim } else { 0 };
+        let per_head = if m.d_has_hdim { d_inner } else { heads };
+        // dt_bias, A_log, D
+        let ssm = 2 * heads + per_head;
+        let gate_norm = if m.rmsnorm { d_inner } else { 0 };
+        let out_proj = d_inner * m.d_model + if m.bias { m.d_model } else { 0 };
+        let block = m.d_model + in_proj + conv + ssm + gate_norm + out_proj;
+        let embedding = self.padded_vocab_size() * m.d_model;
+        let head = if self.tie_embeddings { 0 } else { embedding };
+        self.backbone.n_layer * block + m.d_model + embedding + head
+    }
+
     /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple`.
     pub fn padded_vocab_size(&self) -> usize {
         self.vocab_size

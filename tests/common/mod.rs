@@ -8,6 +8,9 @@
 
 #![allow(dead_code)]
 
+pub mod safetensors;
+pub mod torch;
+
 use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::NdArray;
