@@ -244,7 +244,7 @@ fn broken_shards_are_errors() {
     let twice = broken_shards(|index, dir| {
         let home = norm_home(index);
         let other = if home == SHARD_1 { SHARD_2 } else { SHARD_1 };
-        let mut entries = read_entries(&dir.join(&other));
+        let mut entries = read_entries(&dir.join(other));
         let norm = read_entries(&dir.join(&home))
             .into_iter()
             .find(|e| e.name == NORM)

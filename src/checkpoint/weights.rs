@@ -173,7 +173,7 @@ fn read_safetensors(file: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
     let mut store = SafetensorsStore::from_file(file);
     store
         .get_all_snapshots()
-        .map(|t| t.clone())
+        .cloned()
         .map_err(|e| Mamba2Error::file(file, format!("not a readable safetensors file: {e}")))
 }
 

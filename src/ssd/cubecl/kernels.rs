@@ -251,9 +251,8 @@ pub(super) const TILE: usize = 16;
 
 /// The side of the output tile of one cube of the tiled kernels ([`chunk_scan`],
 /// [`chunk_scan_grads`], [`score_grads`]): `UNITS × UNITS` threads, each computing `PER × PER`
-/// elements of it (rows `u·UNITS + ty`, columns `v·UNITS + tx`). Few
-/// threads with many elements each keep the synchronisations per element low, where they cost
-/// most (lavapipe runs a cube's threads as coroutines on one CPU thread).
+/// elements of it (rows `u·UNITS + ty`, columns `v·UNITS + tx`): few threads with many
+/// elements each, so that each operand read from shared memory serves `PER` multiply-adds.
 pub(super) const BLOCK: usize = 32;
 /// The threads of a cube of the tiled kernels along each side.
 pub(super) const UNITS: usize = 8;
