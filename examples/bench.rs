@@ -23,7 +23,8 @@
 //! `train::Threaded`.
 //!
 //! `--device wgpu` / `--device cuda` run the same modes on Burn's GPU backends (built with the
-//! cargo features of those names); `--preset 130m` is the shape of mamba2-130m with its
+//! cargo features of those names); `--preset 130m` (or `370m`, `780m`, `1.3b`, `2.7b`) is the
+//! shape of that published model with its
 //! vocabulary (train and forward then run the language model on random token ids):
 //!
 //! ```text
@@ -68,9 +69,10 @@ struct Args {
     /// computed in f32 whatever this is.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// A named shape that replaces the size flags: `130m`, the shape of mamba2-130m (d_model
-    /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,280,
-    /// sequence 2,048, batch 1 unless `--batch` says otherwise).
+    /// A named shape that replaces the size flags: a published model's
+    /// (`Mamba2LmConfig::published`: `130m`, `370m`, `780m`, `1.3b`, `2.7b`; 130m is d_model
+    /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,277), with
+    /// sequence 2,048 and batch 1 unless `--batch` says otherwise.
     #[arg(long)]
     preset: Option<String>,
     /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
@@ -118,17 +120,22 @@ impl Args {
 
     /// Applies `--preset`.
     fn with_preset(mut self) -> Result<Self, String> {
-        match self.preset.as_deref() {
-            None => {}
-            Some("130m") => {
-                (self.d_model, self.n_layer, self.d_state, self.headdim) = (768, 24, 128, 64);
-                (self.ngroups, self.chunk_size) = (1, 256);
-                self.vocab = self.vocab.or(Some(50_280));
-                self.seq_len = 2048;
-                self.batch = self.batch.or(Some(1));
-            }
-            Some(other) => return Err(format!("unknown --preset {other:?} (130m)")),
-        }
+        let Some(name) = self.preset.as_deref() else {
+            return Ok(self);
+        };
+        let Some(config) = Mamba2LmConfig::published(&format!("mamba2-{name}")) else {
+            let known: Vec<&str> = Mamba2LmConfig::published_names()
+                .map(|n| n.trim_start_matches("mamba2-"))
+                .collect();
+            return Err(format!("unknown --preset {name:?} ({})", known.join(", ")));
+        };
+        let m = &config.backbone.mixer;
+        (self.d_model, self.n_layer, self.d_state, self.headdim) =
+            (m.d_model, config.backbone.n_layer, m.d_state, m.headdim);
+        (self.ngroups, self.chunk_size) = (m.ngroups, m.chunk_size);
+        self.vocab = self.vocab.or(Some(config.vocab_size));
+        self.seq_len = 2048;
+        self.batch = self.batch.or(Some(1));
         Ok(self)
     }
 
