@@ -36,10 +36,9 @@ use crate::layers::backbone::Mamba2Backbone;
 use crate::models::lm::{Mamba2Lm, Mamba2LmConfig};
 use record::{load_record, save_config};
 use safetensors::{
-    backbone_params, check_tied_head, check_weights_fit, lm_params, load_tensors, TensorSource,
-    EMBEDDING_NAMES, HEAD_NAME,
+    check_tied_head, check_weights_fit, load_tensors, TensorSource, EMBEDDING_NAMES, HEAD_NAME,
 };
-use weights::WeightFiles;
+use weights::{file_size, WeightFiles};
 
 pub use config::{read_config, CheckpointFormat};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
@@ -52,15 +51,13 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
     let dir = dir.as_ref();
     let (config, format) = read_config(dir)?;
     if format == CheckpointFormat::Burn {
-        check_weights_fit(
-            &WeightFiles::Record(dir.join("model.mpk")),
-            lm_params(&config),
-        )?;
+        let record = dir.join("model.mpk");
+        check_weights_fit(&record, file_size(&record)?, config.param_count())?;
         let model = config.init::<B>(device)?;
         return load_record(model, &dir.join("model"), device);
     }
     let files = WeightFiles::find(dir)?;
-    check_weights_fit(&files, lm_params(&config))?;
+    check_weights_fit(files.path(), files.bytes()?, config.param_count())?;
     let tensors = files.read()?;
     let tied = config.tie_embeddings;
     if tied {
@@ -103,7 +100,7 @@ pub fn load_backbone<B: Backend>(
         return Ok(load_lm::<B>(dir, device)?.backbone);
     }
     let files = WeightFiles::find(dir)?;
-    check_weights_fit(&files, backbone_params(&config.backbone))?;
+    check_weights_fit(files.path(), files.bytes()?, config.backbone.param_count())?;
     let tensors = files.read()?;
     let model = config.backbone.init::<B>(device)?;
     load_tensors(

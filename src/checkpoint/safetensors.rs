@@ -11,54 +11,21 @@ use burn::store::{ModuleSnapshot, TensorSnapshot};
 use burn::tensor::{backend::Backend, DType, TensorData};
 
 use super::config::CheckpointFormat;
-use super::weights::{Located, Tensors, WeightFiles};
+use super::weights::{Located, Tensors};
 use crate::error::{Mamba2Error, Result};
-use crate::layers::backbone::Mamba2BackboneConfig;
-use crate::models::lm::Mamba2LmConfig;
 
-/// Checks, before a model is built, that the weight files are large enough for the parameters
-/// that `params` (a count from the config) declares at 2 bytes each (f16 / bf16, the smallest
-/// float type a checkpoint may hold), so that a config declaring a huge model next to small
-/// files is an error and not an allocation of the declared size.
-pub(super) fn check_weights_fit(files: &WeightFiles, params: f64) -> Result<()> {
-    let len = files.bytes()?;
+/// Checks, before a model is built, that weight files of `len` bytes (`origin`, for the error)
+/// are large enough for the parameters that `params` (the config's count) declares at 2 bytes
+/// each (f16 / bf16, the smallest float type a checkpoint may hold), so that a config declaring
+/// a huge model next to small files is an error and not an allocation of the declared size.
+pub(super) fn check_weights_fit(origin: &Path, len: u64, params: f64) -> Result<()> {
     if 2.0 * params > len as f64 {
         return Err(Mamba2Error::file(
-            files.path(),
+            origin,
             format!("{len} bytes cannot hold the {params:.0} parameters that config.json declares"),
         ));
     }
     Ok(())
-}
-
-/// The parameters of the backbone `config` describes (counted in `f64`, which cannot overflow
-/// for sizes from a corrupt file).
-pub(super) fn backbone_params(config: &Mamba2BackboneConfig) -> f64 {
-    let m = &config.mixer;
-    let f = |v: usize| v as f64;
-    let d_model = f(m.d_model);
-    let d_inner = f(m.expand) * d_model;
-    let bc = 2.0 * f(m.ngroups) * f(m.d_state);
-    let d_in_proj = 2.0 * d_inner + bc + (d_inner / f(m.headdim.max(1))).floor();
-    let per_layer = d_model // the block's norm
-        + d_model * d_in_proj
-        + (d_inner + bc) * f(m.d_conv)
-        + d_inner * d_model;
-    f(config.n_layer) * per_layer + d_model
-}
-
-/// The parameters of the language model `config` describes (a lower bound: biases and the
-/// per-head vectors are left out).
-pub(super) fn lm_params(config: &Mamba2LmConfig) -> f64 {
-    let multiple = config.pad_vocab_size_multiple.max(1) as f64;
-    let vocab = (config.vocab_size as f64 / multiple).ceil() * multiple;
-    let embedding = vocab * config.backbone.mixer.d_model as f64;
-    let head = if config.tie_embeddings {
-        0.0
-    } else {
-        embedding
-    };
-    backbone_params(&config.backbone) + embedding + head
 }
 
 /// Where a model parameter comes from in a PyTorch-layout checkpoint.

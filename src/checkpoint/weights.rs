@@ -36,8 +36,6 @@ pub(super) enum WeightFiles {
     },
     /// `pytorch_model.bin`.
     Pytorch(PathBuf),
-    /// This crate's record, `model.mpk` (read by [`super::record`]; here only for its size).
-    Record(PathBuf),
 }
 
 /// A checkpoint tensor and the file that holds it.
@@ -77,24 +75,16 @@ impl WeightFiles {
     /// The file that names the whole set in errors: the single file, the index, the `.bin`.
     pub(super) fn path(&self) -> &Path {
         match self {
-            Self::Single(p) | Self::Pytorch(p) | Self::Record(p) => p,
+            Self::Single(p) | Self::Pytorch(p) => p,
             Self::Sharded { index, .. } => index,
         }
     }
 
     /// The weight files' total size in bytes.
     pub(super) fn bytes(&self) -> Result<u64> {
-        let size = |file: &Path| {
-            if !file.is_file() {
-                return Err(Mamba2Error::file(file, "no such file"));
-            }
-            std::fs::metadata(file)
-                .map(|m| m.len())
-                .map_err(|e| Mamba2Error::file(file, format!("cannot read: {e}")))
-        };
         match self {
-            Self::Single(p) | Self::Pytorch(p) | Self::Record(p) => size(p),
-            Self::Sharded { shards, .. } => shards.keys().map(|p| size(p)).sum(),
+            Self::Single(p) | Self::Pytorch(p) => file_size(p),
+            Self::Sharded { shards, .. } => shards.keys().map(|p| file_size(p)).sum(),
         }
     }
 
@@ -105,7 +95,6 @@ impl WeightFiles {
         match self {
             Self::Single(file) => Ok(located(read_safetensors(file)?, file)),
             Self::Pytorch(file) => read_pytorch(file).map(|t| located(t, file)),
-            Self::Record(file) => Err(Mamba2Error::file(file, "a Burn record, not tensors")),
             Self::Sharded { shards, .. } => {
                 let mut tensors = Tensors::new();
                 // the shard each name belongs in
@@ -152,6 +141,16 @@ impl WeightFiles {
             }
         }
     }
+}
+
+/// The size of `file` in bytes; an error naming it if it is not there.
+pub(super) fn file_size(file: &Path) -> Result<u64> {
+    if !file.is_file() {
+        return Err(Mamba2Error::file(file, "no such file"));
+    }
+    std::fs::metadata(file)
+        .map(|m| m.len())
+        .map_err(|e| Mamba2Error::file(file, format!("cannot read: {e}")))
 }
 
 /// Tensors of one file, with that file.

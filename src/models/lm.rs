@@ -93,23 +93,17 @@ impl Mamba2LmConfig {
     /// The number of parameters [`init`](Self::init) creates (the embedding once when tied),
     /// computed from the config without building the model.
     pub fn num_params(&self) -> usize {
-        let m = &self.backbone.mixer;
-        let d_inner = m.d_inner();
-        let heads = d_inner / m.headdim;
-        let bc = 2 * m.ngroups * m.d_state;
-        let conv_dim = d_inner + bc;
-        let in_proj = m.d_model * (2 * d_inner + bc + heads)
-            + if m.bias { 2 * d_inner + bc + heads } else { 0 };
-        let conv = conv_dim * m.d_conv + if m.conv_bias { conv_dim } else { 0 };
-        let per_head = if m.d_has_hdim { d_inner } else { heads };
-        // dt_bias, A_log, D
-        let ssm = 2 * heads + per_head;
-        let gate_norm = if m.rmsnorm { d_inner } else { 0 };
-        let out_proj = d_inner * m.d_model + if m.bias { m.d_model } else { 0 };
-        let block = m.d_model + in_proj + conv + ssm + gate_norm + out_proj;
-        let embedding = self.padded_vocab_size() * m.d_model;
-        let head = if self.tie_embeddings { 0 } else { embedding };
-        self.backbone.n_layer * block + m.d_model + embedding + head
+        self.param_count() as usize
+    }
+
+    /// [`num_params`](Self::num_params) in `f64`, which cannot overflow for sizes from a
+    /// corrupt file (the checkpoint loaders compare it with a file's size first).
+    pub(crate) fn param_count(&self) -> f64 {
+        let multiple = self.pad_vocab_size_multiple.max(1) as f64;
+        let vocab = (self.vocab_size as f64 / multiple).ceil() * multiple;
+        let embedding = vocab * self.backbone.mixer.d_model as f64;
+        let head = if self.tie_embeddings { 0.0 } else { embedding };
+        self.backbone.param_count() + embedding + head
     }
 
     /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple`.
