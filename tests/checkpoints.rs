@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use mamba2_burn::{
     load_lm, read_config, Mamba2BackboneConfig, Mamba2Config, Mamba2Error, Mamba2LmConfig,
 };
@@ -157,8 +157,6 @@ fn logits(dir: &Path) -> TensorData {
 
 #[test]
 fn half_precision_weights_are_cast_to_the_model_type() {
-    // loading initialises the model from the generator first
-    let _rng = common::seeded(26);
     let case = fixture_root().join("tiny");
     let entries = read_entries(&case.join("model.safetensors"));
     for dtype in ["BF16", "F16"] {
@@ -185,6 +183,25 @@ fn half_precision_weights_are_cast_to_the_model_type() {
         }
         logits(&narrow).assert_eq(&logits(&wide), true);
     }
+}
+
+#[test]
+fn loading_draws_no_random_weights() {
+    // A model built for loading defers every parameter's initialisation and the loader
+    // replaces them all, so the generator is not touched: the draws after a load are those
+    // right after seeding. (Tests that draw without holding the generator may run in
+    // between; a loader that draws random weights fails every attempt.)
+    let dev = Default::default();
+    let draw = || Tensor::<B, 1>::random([8], Distribution::Default, &dev).into_data();
+    let _rng = common::seeded(27);
+    let untouched = (0..5).any(|_| {
+        common::seeded_again(27);
+        let fresh = draw();
+        common::seeded_again(27);
+        load_lm::<B>(fixture_root().join("tiny"), &dev).unwrap();
+        draw() == fresh
+    });
+    assert!(untouched, "loading drew from the generator");
 }
 
 /// A sharded copy of case `tiny` whose index or shards went through `edit` (index JSON, the

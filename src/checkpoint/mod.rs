@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 
 use crate::error::{Mamba2Error, Result};
+use crate::init::ParamInit;
 use crate::layers::backbone::Mamba2Backbone;
 use crate::models::lm::{Mamba2Lm, Mamba2LmConfig};
 use record::{load_record, save_config};
@@ -53,7 +54,7 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
     if format == CheckpointFormat::Burn {
         let record = dir.join("model.mpk");
         check_weights_fit(&record, file_size(&record)?, config.param_count())?;
-        let model = config.init::<B>(device)?;
+        let model = config.build::<B>(&ParamInit::deferred(device))?;
         return load_record(model, &dir.join("model"), device);
     }
     let files = WeightFiles::find(dir)?;
@@ -63,7 +64,7 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
     if tied {
         check_tied_head(&tensors)?;
     }
-    let model = config.init::<B>(device)?;
+    let model = config.build::<B>(&ParamInit::deferred(device))?;
     load_tensors(
         model,
         &tensors,
@@ -102,7 +103,7 @@ pub fn load_backbone<B: Backend>(
     let files = WeightFiles::find(dir)?;
     check_weights_fit(files.path(), files.bytes()?, config.backbone.param_count())?;
     let tensors = files.read()?;
-    let model = config.backbone.init::<B>(device)?;
+    let model = config.backbone.build::<B>(&ParamInit::deferred(device))?;
     load_tensors(
         model,
         &tensors,

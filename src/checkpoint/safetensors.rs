@@ -6,9 +6,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::rc::Rc;
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::store::{ModuleSnapshot, TensorSnapshot};
-use burn::tensor::{backend::Backend, DType, TensorData};
+use burn::tensor::{
+    backend::Backend, bf16, f16, get_device_settings, DType, Element, Shape, Tensor, TensorData,
+};
 
 use super::config::CheckpointFormat;
 use super::weights::{Located, Tensors};
@@ -73,21 +75,79 @@ pub(super) const EMBEDDING_NAMES: [&str; 2] =
 /// The LM head's checkpoint name.
 pub(super) const HEAD_NAME: &str = "lm_head.weight";
 
-/// Converts a checkpoint tensor to the parameter's layout and float type.
+/// Converts a checkpoint tensor to the parameter's float type and layout: cast first, then
+/// transposed in the parameter's own element type, so that no wider copy is ever made.
 fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
+    let data = data.convert_dtype(dtype);
     if !transpose {
-        return data.convert_dtype(dtype);
+        return data;
     }
-    let shape = data.shape.clone();
-    let (rows, cols) = (shape[0], shape[1]);
-    let values: Vec<f64> = data.convert::<f64>().to_vec().expect("f64 data");
-    let mut out = vec![0.0f64; values.len()];
-    for i in 0..rows {
-        for j in 0..cols {
-            out[j * rows + i] = values[i * cols + j];
-        }
+    match dtype {
+        DType::F64 => transposed::<f64>(data),
+        DType::F16 => transposed::<f16>(data),
+        DType::BF16 => transposed::<bf16>(data),
+        _ => transposed::<f32>(data.convert_dtype(DType::F32)).convert_dtype(dtype),
     }
-    TensorData::new(out, [cols, rows]).convert_dtype(dtype)
+}
+
+/// The transpose of a matrix.
+fn transposed<E: Element>(data: TensorData) -> TensorData {
+    let (rows, cols) = (data.shape[0], data.shape[1]);
+    let values: Vec<E> = data.into_vec().expect("the element type of its dtype");
+    let mut out = Vec::with_capacity(values.len());
+    for j in 0..cols {
+        out.extend((0..rows).map(|i| values[i * cols + j]));
+    }
+    TensorData::new(out, [cols, rows])
+}
+
+/// A float parameter of a module: where it is, its shape and float type.
+struct Slot {
+    path: Vec<String>,
+    containers: Vec<String>,
+    shape: Shape,
+    dtype: DType,
+    id: ParamId,
+}
+
+/// Finds a module's float parameters without reading them, unlike burn-store's collector: a
+/// parameter whose initialisation is deferred stays uninitialised, so a model built for
+/// loading never holds random weights.
+#[derive(Default)]
+struct Slots {
+    path: Vec<String>,
+    containers: Vec<String>,
+    found: Vec<Slot>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for Slots {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push(name.to_string());
+        self.containers.push(container_type.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+        self.containers.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let dtype = if param.is_initialized() {
+            param.val().dtype()
+        } else {
+            // what the deferred initialisation would create
+            get_device_settings::<B>(&param.lazy_device())
+                .float_dtype
+                .into()
+        };
+        self.found.push(Slot {
+            path: self.path.clone(),
+            containers: self.containers.clone(),
+            shape: param.lazy_shape(),
+            dtype,
+            id: param.id,
+        });
+    }
 }
 
 /// Loads the checkpoint's `tensors` into `model`: every parameter from the name(s) `source`
@@ -102,8 +162,10 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
 ) -> Result<M> {
     let mut used = BTreeSet::new();
     let mut snapshots = Vec::new();
-    for param in model.collect(None, None, false) {
-        let path = param.full_path();
+    let mut slots = Slots::default();
+    model.visit(&mut slots);
+    for slot in slots.found {
+        let path = slot.path.join(".");
         let TensorSource { names, transpose } = source(&path);
         let Some((name, located)) = names
             .iter()
@@ -125,7 +187,7 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
                 dtype: format!("{:?}", found.dtype),
             });
         }
-        let mut expected = param.shape.to_vec();
+        let mut expected = slot.shape.to_vec();
         if transpose {
             expected.reverse();
         }
@@ -138,14 +200,14 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
             });
         }
         let data_fn = found.clone_data_fn();
-        let dtype = param.dtype;
+        let dtype = slot.dtype;
         snapshots.push(TensorSnapshot::from_closure(
             Rc::new(move || data_fn().map(|d| convert(d, transpose, dtype))),
             dtype,
-            param.shape.clone(),
-            param.path_stack.clone().unwrap_or_default(),
-            param.container_stack.clone().unwrap_or_default(),
-            param.tensor_id.unwrap_or_default(),
+            slot.shape,
+            slot.path,
+            slot.containers,
+            slot.id,
         ));
         used.insert(name);
     }
@@ -184,10 +246,15 @@ pub(super) fn check_tied_head(tensors: &Tensors) -> Result<()> {
             .map(|d| d.convert::<f32>())
             .map_err(|e| Mamba2Error::file(&located.file, format!("cannot read `{name}`: {e}")))
     };
+    let mut head_data = None;
     for name in EMBEDDING_NAMES {
         if let Some(embedding) = tensors.get(name) {
-            let same = embedding.snapshot.shape == head.snapshot.shape
-                && read(embedding, name)?.as_bytes() == read(head, HEAD_NAME)?.as_bytes();
+            let same = embedding.snapshot.shape == head.snapshot.shape && {
+                if head_data.is_none() {
+                    head_data = Some(read(head, HEAD_NAME)?);
+                }
+                head_data.as_ref().map(|h| h.as_bytes()) == Some(read(embedding, name)?.as_bytes())
+            };
             if !same {
                 return Err(Mamba2Error::TensorConflict {
                     file: head.file.clone(),

@@ -9,9 +9,15 @@
 //! when the model takes it.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
-use burn::store::{ModuleStore, SafetensorsStore, TensorSnapshot};
+use burn::module::ParamId;
+use burn::store::{TensorSnapshot, TensorSnapshotError};
+use burn::tensor::{bf16, f16, DType, TensorData};
+use safetensors::tensor::{Dtype, Metadata};
 
 use crate::error::{Mamba2Error, Result};
 
@@ -164,16 +170,131 @@ fn located(tensors: BTreeMap<String, TensorSnapshot>, file: &Path) -> Tensors {
         .collect()
 }
 
-/// The tensors of one safetensors file (their headers: the data is read when asked for).
+/// The largest safetensors header read (the format's own limit).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// The tensors of one safetensors file: the header now, each tensor's data when the model
+/// takes it.
+///
+/// Written here rather than through burn-store's `SafetensorsStore`, which maps the whole file:
+/// every page a load touches then stays in the process's resident memory until the last tensor
+/// is dropped, a second copy of the weights. Each tensor is read instead into a buffer of its
+/// own element type, which becomes the parameter's storage without a copy (the `safetensors`
+/// crate parses and checks the header).
 fn read_safetensors(file: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
-    if !file.is_file() {
-        return Err(Mamba2Error::file(file, "no such file"));
+    let bad = |reason: String| {
+        Mamba2Error::file(file, format!("not a readable safetensors file: {reason}"))
+    };
+    let mut handle = File::open(file).map_err(|e| Mamba2Error::file(file, e))?;
+    let len = handle
+        .metadata()
+        .map_err(|e| Mamba2Error::file(file, e))?
+        .len();
+    let mut prefix = [0u8; 8];
+    handle
+        .read_exact(&mut prefix)
+        .map_err(|_| bad(format!("{len} bytes, shorter than its header")))?;
+    let header_len = u64::from_le_bytes(prefix);
+    if header_len > MAX_HEADER.min(len - 8) {
+        return Err(bad(format!(
+            "a header of {header_len} bytes in a file of {len}"
+        )));
     }
-    let mut store = SafetensorsStore::from_file(file);
-    store
-        .get_all_snapshots()
-        .cloned()
-        .map_err(|e| Mamba2Error::file(file, format!("not a readable safetensors file: {e}")))
+    let mut header = vec![0u8; header_len as usize];
+    handle
+        .read_exact(&mut header)
+        .map_err(|e| bad(format!("cannot read the header: {e}")))?;
+    let metadata: Metadata =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+    let start = 8 + header_len;
+    if start + metadata.data_len() as u64 != len {
+        return Err(bad(format!(
+            "the header describes {} bytes of data, the file holds {}",
+            metadata.data_len(),
+            len - start
+        )));
+    }
+    let mut tensors = BTreeMap::new();
+    for (name, info) in metadata.tensors() {
+        let Some(dtype) = burn_dtype(info.dtype) else {
+            return Err(Mamba2Error::TensorDType {
+                file: file.to_path_buf(),
+                name,
+                dtype: format!("{:?}", info.dtype),
+            });
+        };
+        let (from, to) = info.data_offsets;
+        let (path, shape) = (file.to_path_buf(), info.shape.clone());
+        let data_fn =
+            Rc::new(move || read_tensor(&path, start + from as u64, to - from, &shape, dtype));
+        let snapshot = TensorSnapshot::from_closure(
+            data_fn,
+            dtype,
+            info.shape.clone().into(),
+            name.split('.').map(str::to_string).collect(),
+            Vec::new(),
+            ParamId::new(),
+        );
+        tensors.insert(name, snapshot);
+    }
+    Ok(tensors)
+}
+
+/// The Burn type of a safetensors element type; `None` for those Burn has no tensor of
+/// (the 4-, 6- and 8-bit floats, complex numbers).
+fn burn_dtype(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::F64 => DType::F64,
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::I64 => DType::I64,
+        Dtype::I32 => DType::I32,
+        Dtype::I16 => DType::I16,
+        Dtype::I8 => DType::I8,
+        Dtype::U64 => DType::U64,
+        Dtype::U32 => DType::U32,
+        Dtype::U16 => DType::U16,
+        Dtype::U8 | Dtype::BOOL => DType::U8,
+        _ => return None,
+    })
+}
+
+/// Reads `bytes` bytes at `offset` of `path`: a tensor of `shape` and float type `dtype`,
+/// read straight into a buffer of that element type.
+fn read_tensor(
+    path: &Path,
+    offset: u64,
+    bytes: usize,
+    shape: &[usize],
+    dtype: DType,
+) -> std::result::Result<TensorData, TensorSnapshotError> {
+    let mut data = match dtype {
+        DType::F64 => TensorData::zeros::<f64, _>(shape),
+        DType::F32 => TensorData::zeros::<f32, _>(shape),
+        DType::F16 => TensorData::zeros::<f16, _>(shape),
+        DType::BF16 => TensorData::zeros::<bf16, _>(shape),
+        other => {
+            return Err(TensorSnapshotError::DataError(format!(
+                "{other:?} is not a float type"
+            )))
+        }
+    };
+    if data.bytes.len() != bytes {
+        return Err(TensorSnapshotError::DataError(format!(
+            "{bytes} bytes for a {dtype:?} tensor of shape {shape:?}"
+        )));
+    }
+    let io = |e: std::io::Error| TensorSnapshotError::IoError(format!("{}: {e}", path.display()));
+    let mut file = File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(offset)).map_err(io)?;
+    file.read_exact(&mut data.bytes).map_err(io)?;
+    // the file is little-endian
+    if cfg!(target_endian = "big") {
+        let size = dtype.size();
+        data.bytes.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+    }
+    Ok(data)
 }
 
 /// The tensors of a `torch.save` state dict, through burn-store's pickle reader.

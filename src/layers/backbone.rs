@@ -6,6 +6,7 @@ use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::error::{check_shape, Mamba2Error};
+use crate::init::ParamInit;
 use crate::layers::block::{Mamba2Block, Mamba2BlockConfig};
 use crate::layers::documents::Documents;
 use crate::layers::mixer::Mamba2Config;
@@ -67,24 +68,29 @@ impl Mamba2BackboneConfig {
 
     /// Builds the backbone with state-spaces' initialisation.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Backbone<B>> {
+        self.build(&ParamInit::now(device))
+    }
+
+    /// [`init`](Self::init) with parameters made by `init`.
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+    ) -> crate::error::Result<Mamba2Backbone<B>> {
         self.validate()?;
         let block = Mamba2BlockConfig::new(self.mixer.clone()).with_norm_eps(self.norm_eps);
-        let scale = 1.0 / (self.n_layer as f64).sqrt();
+        let scale = if self.rescale_prenorm_residual {
+            1.0 / (self.n_layer as f64).sqrt()
+        } else {
+            1.0
+        };
         let layers = (0..self.n_layer)
-            .map(|_| {
-                let mut layer = block.init(device)?;
-                if self.rescale_prenorm_residual {
-                    let w = layer.mixer.out_proj.weight.val() * scale;
-                    layer.mixer.out_proj.weight = crate::init::param(w);
-                }
-                Ok(layer)
-            })
+            .map(|_| block.build(init, scale))
             .collect::<crate::error::Result<Vec<_>>>()?;
         Ok(Mamba2Backbone {
             layers,
             norm_f: RmsNormConfig::new(self.mixer.d_model)
                 .with_eps(self.norm_eps)
-                .init(device),
+                .build(init),
         })
     }
 }

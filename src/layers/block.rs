@@ -5,6 +5,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::init::ParamInit;
 use crate::layers::documents::Documents;
 use crate::layers::mixer::{Mamba2, Mamba2Config};
 use crate::layers::norm::{RmsNorm, RmsNormConfig};
@@ -24,11 +25,21 @@ pub struct Mamba2BlockConfig {
 impl Mamba2BlockConfig {
     /// Builds the block (norm weight 1, mixer as [`Mamba2Config::init`]).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Block<B>> {
+        self.build(&ParamInit::now(device), 1.0)
+    }
+
+    /// [`init`](Self::init) with parameters made by `init`, the mixer's out_proj weight
+    /// multiplied by `out_proj_scale`.
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+        out_proj_scale: f64,
+    ) -> crate::error::Result<Mamba2Block<B>> {
         Ok(Mamba2Block {
             norm: RmsNormConfig::new(self.mixer.d_model)
                 .with_eps(self.norm_eps)
-                .init(device),
-            mixer: self.mixer.init(device)?,
+                .build(init),
+            mixer: self.mixer.build(init, out_proj_scale)?,
         })
     }
 }

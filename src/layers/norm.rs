@@ -8,6 +8,7 @@ use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::init::ParamInit;
 use crate::layers::activation::silu;
 use crate::precision::{cast_to, upcast};
 
@@ -36,8 +37,13 @@ pub struct RmsNorm<B: Backend> {
 impl RmsNormConfig {
     /// Builds the layer with `weight = 1`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNorm<B> {
+        self.build(&ParamInit::now(device))
+    }
+
+    /// [`init`](Self::init) with the weight made by `init`.
+    pub(crate) fn build<B: Backend>(&self, init: &ParamInit<B>) -> RmsNorm<B> {
         RmsNorm {
-            weight: crate::init::param(Tensor::ones([self.d_model], device)),
+            weight: init.full([self.d_model], 1.0),
             eps: self.eps,
         }
     }
@@ -110,8 +116,13 @@ pub struct RmsNormGated<B: Backend> {
 impl RmsNormGatedConfig {
     /// Builds the layer with `weight = 1`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNormGated<B> {
+        self.build(&ParamInit::now(device))
+    }
+
+    /// [`init`](Self::init) with the weight made by `init`.
+    pub(crate) fn build<B: Backend>(&self, init: &ParamInit<B>) -> RmsNormGated<B> {
         RmsNormGated {
-            weight: crate::init::param(Tensor::ones([self.d_model], device)),
+            weight: init.full([self.d_model], 1.0),
             group_size: self.group_size,
             eps: self.eps,
             norm_before_gate: self.norm_before_gate,

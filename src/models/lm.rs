@@ -7,6 +7,7 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::{backend::Backend, Distribution, Int, Tensor, TensorData};
 
 use crate::error::Mamba2Error;
+use crate::init::ParamInit;
 use crate::layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
 use crate::layers::documents::Documents;
 use crate::layers::state::BackboneState;
@@ -144,19 +145,27 @@ impl Mamba2LmConfig {
     /// Builds the model: embedding `N(0, initializer_range)`, backbone as
     /// [`Mamba2BackboneConfig::init`], untied head `U(±1/√d_model)`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Lm<B>> {
+        self.build(&ParamInit::now(device))
+    }
+
+    /// [`init`](Self::init) with parameters made by `init`.
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+    ) -> crate::error::Result<Mamba2Lm<B>> {
         self.validate()?;
         let (v, d) = (self.padded_vocab_size(), self.backbone.mixer.d_model);
         let embedding = Embedding {
-            weight: crate::init::param(Tensor::random(
+            weight: init.random(
                 [v, d],
                 Distribution::Normal(0.0, self.initializer_range),
-                device,
-            )),
+                1.0,
+            ),
         };
-        let lm_head = (!self.tie_embeddings).then(|| crate::init::linear(d, v, false, device));
+        let lm_head = (!self.tie_embeddings).then(|| init.linear(d, v, false, 1.0));
         Ok(Mamba2Lm {
             embedding,
-            backbone: self.backbone.init(device)?,
+            backbone: self.backbone.build(init)?,
             lm_head,
             vocab_size: v,
         })

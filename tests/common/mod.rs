@@ -33,6 +33,11 @@ pub fn seeded(seed: u64) -> MutexGuard<'static, ()> {
     guard
 }
 
+/// Seeds the generator again, for a test that holds it (the guard of [`seeded`]).
+pub fn seeded_again(seed: u64) {
+    NdArray::<f32>::seed(&Default::default(), seed);
+}
+
 /// The selective-copying data of the training tests: `len` items generated from `seed`.
 pub fn copy_data(
     seed: u64,

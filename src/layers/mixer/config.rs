@@ -8,6 +8,7 @@ use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
 use super::dt_limit::DtLimit;
 use super::layer::Mamba2;
 use crate::error::Mamba2Error;
+use crate::init::ParamInit;
 use crate::layers::norm::RmsNormGatedConfig;
 
 /// Configuration of a [`Mamba2`] mixer, with the fields and defaults of the state-spaces
@@ -192,68 +193,73 @@ impl Mamba2Config {
     ///
     /// Seed the backend (`B::seed`) for reproducible weights.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2<B>> {
+        self.build(&ParamInit::now(device), 1.0)
+    }
+
+    /// [`init`](Self::init) with parameters made by `init`, out_proj's weight multiplied by
+    /// `out_proj_scale`.
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+        out_proj_scale: f64,
+    ) -> crate::error::Result<Mamba2<B>> {
         self.validate()?;
         let (d_inner, h) = (self.d_inner(), self.nheads());
-        let uniform = |shape: Vec<usize>, bound: f64| {
-            Tensor::<B, 1>::random(
-                [shape.iter().product::<usize>()],
-                Distribution::Uniform(-bound, bound),
-                device,
-            )
-        };
-        let linear =
-            |d_in: usize, d_out: usize| crate::init::linear(d_in, d_out, self.bias, device);
+        let device = init.device();
 
-        let conv_dim = self.conv_dim();
-        let conv_bound = 1.0 / (self.d_conv as f64).sqrt();
-        let mut conv1d = Conv1dConfig::new(conv_dim, conv_dim, self.d_conv)
+        // drawn in this order (conv, dt, A, in_proj, out_proj), which seeded runs rely on
+        let (conv_dim, d_conv) = (self.conv_dim(), self.d_conv);
+        let conv_bound = 1.0 / (d_conv as f64).sqrt();
+        let conv_uniform = Distribution::Uniform(-conv_bound, conv_bound);
+        let mut conv1d = Conv1dConfig::new(conv_dim, conv_dim, d_conv)
             .with_groups(conv_dim)
-            .with_padding(PaddingConfig1d::Explicit(self.d_conv - 1, 0))
+            .with_padding(PaddingConfig1d::Explicit(d_conv - 1, 0))
             .with_bias(self.conv_bias)
             .init::<B>(device);
-        conv1d.weight =
-            crate::init::param(uniform(vec![conv_dim, self.d_conv], conv_bound).reshape([
-                conv_dim,
-                1,
-                self.d_conv,
-            ]));
+        conv1d.weight = init.param([conv_dim, 1, d_conv], move |device| {
+            Tensor::<B, 1>::random([conv_dim * d_conv], conv_uniform, device)
+                .reshape([conv_dim, 1, d_conv])
+        });
         conv1d.bias = self
             .conv_bias
-            .then(|| crate::init::param(uniform(vec![conv_dim], conv_bound)));
+            .then(|| init.random([conv_dim], conv_uniform, 1.0));
 
         // dt_bias = inverse softplus of a log-uniform dt, computed in f64 on the host
-        let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
-            .into_data()
-            .convert::<f64>()
-            .to_vec()
-            .expect("f64 data");
-        let (ln_min, ln_max) = (self.dt_min.ln(), self.dt_max.ln());
-        let dt_bias: Vec<f64> = u
-            .iter()
-            .map(|u| {
-                let dt = (u * (ln_max - ln_min) + ln_min)
-                    .exp()
-                    .max(self.dt_init_floor);
-                dt + (-(-dt).exp_m1()).ln()
-            })
-            .collect();
+        let (ln_min, ln_max, floor) = (self.dt_min.ln(), self.dt_max.ln(), self.dt_init_floor);
+        let dt_bias = init.param([h], move |device| {
+            let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
+                .into_data()
+                .convert::<f64>()
+                .to_vec()
+                .expect("f64 data");
+            let dt_bias: Vec<f64> = u
+                .iter()
+                .map(|u| {
+                    let dt = (u * (ln_max - ln_min) + ln_min).exp().max(floor);
+                    dt + (-(-dt).exp_m1()).ln()
+                })
+                .collect();
+            Tensor::from_data(TensorData::new(dt_bias, [h]), device)
+        });
         let (lo, hi) = self.a_init_range;
-        let a_log = Tensor::<B, 1>::random([h], Distribution::Uniform(lo, hi), device).log();
+        let a_log = init.param([h], move |device| {
+            Tensor::<B, 1>::random([h], Distribution::Uniform(lo, hi), device).log()
+        });
         let d_len = if self.d_has_hdim { d_inner } else { h };
 
         Ok(Mamba2 {
-            in_proj: linear(self.d_model, self.d_in_proj()),
+            in_proj: init.linear(self.d_model, self.d_in_proj(), self.bias, 1.0),
             conv1d,
-            dt_bias: crate::init::param(Tensor::from_data(TensorData::new(dt_bias, [h]), device)),
-            a_log: crate::init::param(a_log),
-            d: crate::init::param(Tensor::ones([d_len], device)),
+            dt_bias,
+            a_log,
+            d: init.full([d_len], 1.0),
             norm: self.rmsnorm.then(|| {
                 RmsNormGatedConfig::new(d_inner, d_inner / self.ngroups)
                     .with_eps(self.norm_eps)
                     .with_norm_before_gate(self.norm_before_gate)
-                    .init(device)
+                    .build(init)
             }),
-            out_proj: linear(d_inner, self.d_model),
+            out_proj: init.linear(d_inner, self.d_model, self.bias, out_proj_scale),
             d_model: self.d_model,
             d_inner,
             d_state: self.d_state,
