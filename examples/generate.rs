@@ -1,43 +1,48 @@
-//! Loads a Mamba-2 checkpoint, prefills a prompt with the chunked forward, then decodes new
-//! tokens one at a time with the recurrent step: greedy, or sampled with temperature, top-k and
-//! top-p from a seed.
+//! Loads a Mamba-2 checkpoint and continues a prompt: a thin launcher over the library's
+//! `Mamba2Lm::generate_streaming`, printing the text as it is decoded, then the prefill and
+//! decode speeds.
 //!
 //! With no arguments it uses the small reference checkpoint in `tests/fixtures/reference/tiny`
-//! (random weights, vocabulary 64), so it runs anywhere without a download:
+//! (random weights, vocabulary 64, with a tokenizer trained for it), so it runs anywhere
+//! without a download:
 //!
 //! ```text
-//! cargo run --release --example generate
-//! cargo run --release --example generate -- --checkpoint DIR --prompt 1,2,3 --max-new-tokens 32
+//! cargo run --release --features tokenizer --example generate
+//! cargo run --release --features tokenizer --example generate -- --checkpoint DIR --prompt "Mamba is"
+//! cargo run --release --example generate -- --checkpoint DIR --prompt-ids 1,2,3 --max-new-tokens 32
 //! ```
 //!
-//! `DIR` holds `config.json` and `model.safetensors` (Hugging Face or state-spaces format) or
-//! `model.mpk` (this crate's format), or is the artifacts directory of a training run (its
-//! `model/` is loaded). Tokens are given and printed as ids.
+//! `DIR` holds `config.json` and the weights (Hugging Face or state-spaces format, any layout
+//! they are published in, or this crate's `model.mpk`), or is the artifacts directory of a
+//! training run (its `model/` is loaded). Text needs the `tokenizer` feature and a
+//! `tokenizer.json`: `--tokenizer FILE`, or the checkpoint folder's own.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 mod common;
 
-use burn::tensor::ElementConversion;
 use clap::Parser;
-use mamba2_burn::load_lm;
-use mamba2_burn::sampling::Sampler;
-use mamba2_burn::SsdBackend;
+use mamba2_burn::{load_lm, DecodeStep, GenerateConfig, SsdBackend};
 
 #[derive(Parser, Debug)]
-#[command(about = "Prefill a prompt and decode greedily with a Mamba-2 checkpoint")]
+#[command(about = "Continue a prompt with a Mamba-2 checkpoint")]
 struct Args {
-    /// Checkpoint folder (config.json + model.safetensors or model.mpk).
+    /// Checkpoint folder (config.json + weights).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference/tiny"))]
     checkpoint: PathBuf,
-    /// Prompt token ids, comma separated.
-    #[arg(
-        long,
-        default_value = "3,14,15,9,26,53,58,9,7,9,32,38,46,26,43,38,32,7,9,50"
-    )]
-    prompt: String,
-    /// Number of tokens to generate.
+    /// tokenizer.json (default: the checkpoint folder's, when it has one).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// The prompt as text (needs a tokenizer). Default: "the state space model".
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// The prompt as token ids, comma separated.
+    #[arg(long)]
+    prompt_ids: Option<String>,
+    /// Number of tokens to generate at most.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
     /// Sampling temperature; 0 is greedy.
@@ -52,67 +57,167 @@ struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Stop token ids, comma separated (default: the tokenizer's end-of-text token, if any).
+    #[arg(long)]
+    stop: Option<String>,
+    /// Decode step: auto, tensor or cpu.
+    #[arg(long, default_value = "auto")]
+    step: String,
     /// Device: cpu, wgpu (needs the `wgpu` feature) or cuda (needs the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
 }
 
-fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::error::Error>> {
-    let prompt: Vec<i64> = args
-        .prompt
-        .split(',')
+const DEFAULT_PROMPT: &str = "the state space model";
+const DEFAULT_IDS: &str = "3,14,15,9,26,53,58,9,7,9,32,38,46,26,43,38,32,7,9,50";
+
+fn ids(text: &str, flag: &str) -> Result<Vec<i64>, String> {
+    text.split(',')
         .map(|t| {
             t.trim()
                 .parse::<i64>()
-                .map_err(|e| format!("bad token id {t:?} in --prompt: {e}"))
+                .map_err(|e| format!("bad token id {t:?} in {flag}: {e}"))
         })
-        .collect::<Result<_, _>>()?;
-    if prompt.is_empty() {
-        return Err("--prompt needs at least one token id".into());
+        .collect()
+}
+
+/// Text in and out when there is a tokenizer, ids otherwise.
+enum Text {
+    #[cfg(feature = "tokenizer")]
+    Tokenizer(mamba2_burn::tokenizer::Tokenizer),
+    Ids,
+}
+
+impl Text {
+    fn new(args: &Args, dir: &Path) -> Result<Self, Box<dyn std::error::Error>> {
+        let file = args
+            .tokenizer
+            .clone()
+            .or_else(|| Some(dir.join("tokenizer.json")).filter(|f| f.is_file()));
+        match file {
+            #[cfg(feature = "tokenizer")]
+            Some(file) => Ok(Text::Tokenizer(
+                mamba2_burn::tokenizer::Tokenizer::from_file(file)?,
+            )),
+            #[cfg(not(feature = "tokenizer"))]
+            Some(_) if args.prompt.is_some() || args.tokenizer.is_some() => {
+                Err("text prompts need the `tokenizer` feature (or give --prompt-ids)".into())
+            }
+            _ if args.prompt.is_some() => Err(format!(
+                "--prompt is text and {} has no tokenizer.json: give --tokenizer or --prompt-ids",
+                dir.display()
+            )
+            .into()),
+            _ => Ok(Text::Ids),
+        }
     }
-    let mut sampler = Sampler::new(args.temperature, args.top_k, args.top_p, args.seed)?;
+
+    fn prompt(&self, args: &Args) -> Result<Vec<i64>, Box<dyn std::error::Error>> {
+        if let Some(list) = &args.prompt_ids {
+            return Ok(ids(list, "--prompt-ids")?);
+        }
+        match self {
+            #[cfg(feature = "tokenizer")]
+            Text::Tokenizer(t) => Ok(t.encode(args.prompt.as_deref().unwrap_or(DEFAULT_PROMPT))?),
+            Text::Ids => Ok(ids(DEFAULT_IDS, "the default prompt")?),
+        }
+    }
+
+    fn stop_tokens(&self) -> Vec<i64> {
+        match self {
+            #[cfg(feature = "tokenizer")]
+            Text::Tokenizer(t) => ["<|endoftext|>", "</s>", "<eos>"]
+                .iter()
+                .find_map(|name| t.token_id(name))
+                .into_iter()
+                .collect(),
+            Text::Ids => Vec::new(),
+        }
+    }
+
+    /// Prints the prompt, then returns the printer of each new token.
+    fn printer<'a>(
+        &'a self,
+        prompt: &[i64],
+    ) -> Result<Box<dyn FnMut(i64) -> String + 'a>, Box<dyn std::error::Error>> {
+        match self {
+            #[cfg(feature = "tokenizer")]
+            Text::Tokenizer(t) => {
+                print!("{}", t.decode(prompt)?);
+                let mut stream = t.stream();
+                Ok(Box::new(move |id| {
+                    stream.push(id).ok().flatten().unwrap_or_default()
+                }))
+            }
+            Text::Ids => {
+                print!("{prompt:?} ->");
+                Ok(Box::new(|id| format!(" {id}")))
+            }
+        }
+    }
+}
+
+fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::error::Error>> {
     // a training run's artifacts directory holds the final model in model/
     let dir = if args.checkpoint.join("model").join("config.json").is_file() {
         args.checkpoint.join("model")
     } else {
         args.checkpoint.clone()
     };
+    let text = Text::new(args, &dir)?;
+    let prompt = text.prompt(args)?;
+    let step = match args.step.as_str() {
+        "auto" => DecodeStep::Auto,
+        "tensor" => DecodeStep::Tensor,
+        "cpu" => DecodeStep::Cpu,
+        other => return Err(format!("unknown --step {other:?}: auto, tensor or cpu").into()),
+    };
+    let stop = match &args.stop {
+        Some(list) => ids(list, "--stop")?,
+        None => text.stop_tokens(),
+    };
+    let config = GenerateConfig::new()
+        .with_max_new_tokens(args.max_new_tokens)
+        .with_temperature(args.temperature)
+        .with_top_k(args.top_k)
+        .with_top_p(args.top_p)
+        .with_seed(args.seed)
+        .with_stop_tokens(stop)
+        .with_step(step);
+
+    let start = Instant::now();
     let model = load_lm::<B>(&dir, &device)?;
-    println!(
-        "loaded {} (vocabulary {})",
+    eprintln!(
+        "loaded {} (vocabulary {}) in {:.2} s",
         dir.display(),
-        model.vocab_size()
+        model.vocab_size(),
+        start.elapsed().as_secs_f64()
     );
 
-    let start = Instant::now();
-    let ids = model.input_ids(std::slice::from_ref(&prompt), &device)?;
-    let (logits, mut state) = model.forward(ids, None)?;
-    let last = logits
-        .narrow(1, prompt.len() - 1, 1)
-        .reshape([1, model.vocab_size()]);
-    let mut next = sampler.sample(last);
-    let prefill_s = start.elapsed().as_secs_f64();
+    let mut print = text.printer(&prompt)?;
+    let generation = model.generate_streaming(&[prompt], &config, |_, token| {
+        print!("{}", print(token));
+        let _ = std::io::stdout().flush();
+        ControlFlow::Continue(())
+    })?;
+    println!();
 
-    let start = Instant::now();
-    let mut generated = Vec::with_capacity(args.max_new_tokens);
-    for _ in 0..args.max_new_tokens {
-        let token: i64 = next.clone().into_scalar().elem();
-        generated.push(token);
-        let (logits, s) = model.step(next, state)?;
-        state = s;
-        next = sampler.sample(logits);
-    }
-    let decode_s = start.elapsed().as_secs_f64();
-
-    println!("prompt:    {prompt:?}");
-    println!("generated: {generated:?}");
-    println!(
-        "prefill: {} tokens in {:.1} ms; decode: {} tokens in {:.1} ms ({:.0} tokens/s)",
-        prompt.len(),
-        prefill_s * 1e3,
-        generated.len(),
-        decode_s * 1e3,
-        generated.len() as f64 / decode_s.max(1e-9)
+    let rate = |n: usize, s: f64| n as f64 / s.max(1e-9);
+    let (prefill, decode) = (
+        generation.prefill_time.as_secs_f64(),
+        generation.decode_time.as_secs_f64(),
+    );
+    eprintln!(
+        "prefill: {} tokens in {:.1} ms ({:.0} tokens/s); decode: {} tokens in {:.1} ms \
+         ({:.0} tokens/s, {:?} step; {:?})",
+        generation.prompt_tokens,
+        prefill * 1e3,
+        rate(generation.prompt_tokens, prefill),
+        generation.new_tokens(),
+        decode * 1e3,
+        rate(generation.new_tokens(), decode),
+        generation.step,
+        generation.finish[0],
     );
     Ok(())
 }

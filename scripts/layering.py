@@ -21,7 +21,7 @@ LEVELS = [
     "error", "precision", "init", "blas", "ssd",
     "layers::activation", "layers::norm", "layers::documents", "layers::state",
     "layers::mixer", "layers::block", "layers::backbone", "layers",
-    "models", "sampling", "cpu", "checkpoint", "data", "train",
+    "models", "sampling", "tokenizer", "cpu", "generate", "checkpoint", "data", "train",
 ]
 RANK = {name: i for i, name in enumerate(LEVELS)}
 EXTERNAL = {"crate", "super", "self", "std", "core", "alloc"}

@@ -45,12 +45,16 @@ pub mod cpu;
 #[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod data;
 mod error;
+pub mod generate;
 mod init;
 mod layers;
 mod models;
 mod precision;
 pub mod sampling;
 pub mod ssd;
+#[cfg(feature = "tokenizer")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokenizer")))]
+pub mod tokenizer;
 #[cfg(feature = "train")]
 #[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod train;
@@ -62,6 +66,7 @@ pub mod blas;
 pub use checkpoint::*;
 pub use cpu::streaming::*;
 pub use error::*;
+pub use generate::{DecodeStep, Finish, GenerateConfig, Generation};
 pub use layers::activation;
 pub use layers::backbone::*;
 pub use layers::block::*;

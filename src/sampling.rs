@@ -90,6 +90,37 @@ impl Sampler {
     }
 }
 
+impl Sampler {
+    /// The token chosen from one row of host logits: the first of the largest for
+    /// [`Greedy`](Sampler::Greedy) (NaN is never chosen unless every logit is NaN), a draw as
+    /// in [`sample`](Self::sample) otherwise.
+    ///
+    /// # Shapes
+    /// - logits: `[vocab]`
+    pub fn pick(&mut self, logits: &[f32]) -> usize {
+        match self {
+            Sampler::Greedy => {
+                let mut best = 0;
+                for (i, &v) in logits.iter().enumerate() {
+                    if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+                        best = i;
+                    }
+                }
+                best
+            }
+            Sampler::Sample {
+                temperature,
+                top_k,
+                top_p,
+                rng,
+            } => {
+                let row: Vec<f64> = logits.iter().map(|&v| v as f64).collect();
+                draw(&row, *temperature, *top_k, *top_p, rng)
+            }
+        }
+    }
+}
+
 /// Draws an index from one row of logits.
 fn draw(
     row: &[f64],

@@ -12,8 +12,10 @@ mod common;
 mod backend;
 mod checkpoints;
 mod errors;
+mod export;
 #[cfg(feature = "timeseries")]
 mod forecaster;
+mod generate;
 mod paths;
 mod reference;
 mod ssd_cost;

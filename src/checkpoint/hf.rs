@@ -55,6 +55,10 @@ pub(super) struct HfConfig {
     rms_norm: bool,
     #[serde(default)]
     norm_before_gate: bool,
+    #[serde(default = "defaults::initializer_range")]
+    initializer_range: f64,
+    #[serde(default)]
+    rescale_prenorm_residual: bool,
 }
 
 /// transformers' `Mamba2Config` defaults (those of Mamba-Codestral-7B).
@@ -109,6 +113,9 @@ pub(super) mod defaults {
     pub fn chunk_size() -> usize {
         256
     }
+    pub fn initializer_range() -> f64 {
+        0.1
+    }
 }
 
 impl HfConfig {
@@ -149,10 +156,12 @@ impl HfConfig {
             .with_norm_eps(self.layer_norm_epsilon)
             .with_norm_before_gate(self.norm_before_gate);
         let backbone = Mamba2BackboneConfig::new(self.num_hidden_layers, mixer)
-            .with_norm_eps(self.layer_norm_epsilon);
+            .with_norm_eps(self.layer_norm_epsilon)
+            .with_rescale_prenorm_residual(self.rescale_prenorm_residual);
         let config = Mamba2LmConfig::new(backbone, self.vocab_size)
             .with_pad_vocab_size_multiple(1)
-            .with_tie_embeddings(self.tie_word_embeddings);
+            .with_tie_embeddings(self.tie_word_embeddings)
+            .with_initializer_range(self.initializer_range);
         config.validate()?;
         Ok(config)
     }

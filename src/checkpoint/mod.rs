@@ -21,6 +21,7 @@
 //! ever returned.
 
 mod config;
+mod export;
 mod hf;
 pub(crate) mod record;
 mod safetensors;
@@ -117,6 +118,31 @@ pub fn load_backbone<B: Backend>(
         },
         |name| name == HEAD_NAME || EMBEDDING_NAMES.contains(&name),
     )
+}
+
+/// Saves `model` and its `config` to `dir` as a checkpoint in `format`, for Python or for this
+/// crate, and returns the weights file:
+///
+/// - [`HuggingFace`](CheckpointFormat::HuggingFace): `config.json` (transformers'
+///   `Mamba2Config`) and `model.safetensors`, which `Mamba2ForCausalLM.from_pretrained` reads;
+/// - [`StateSpaces`](CheckpointFormat::StateSpaces): `config.json` (mamba_ssm's `MambaConfig`)
+///   and `model.safetensors` under `MambaLMHeadModel`'s parameter names;
+/// - [`Burn`](CheckpointFormat::Burn): [`save_lm`]'s `config.json` and `model.mpk`.
+///
+/// The safetensors files hold every parameter in the model's float type, linear weights as
+/// PyTorch's `[out, in]`, tied embeddings once, with metadata `format: pt`. [`load_lm`] reads
+/// all three back. A model the format cannot describe (a `D` per channel for transformers,
+/// two norm epsilons for either) is a config error, and nothing is written.
+pub fn save_checkpoint<B: Backend>(
+    model: &Mamba2Lm<B>,
+    config: &Mamba2LmConfig,
+    dir: impl AsRef<Path>,
+    format: CheckpointFormat,
+) -> Result<PathBuf> {
+    match format {
+        CheckpointFormat::Burn => save_lm(model, config, dir),
+        other => export::save_pytorch_layout(model, config, dir.as_ref(), other),
+    }
 }
 
 /// Saves `model` and its config to `dir` in this crate's format (`config.json`, `model.mpk`,

@@ -77,7 +77,7 @@ pub(super) const HEAD_NAME: &str = "lm_head.weight";
 
 /// Converts a checkpoint tensor to the parameter's float type and layout: cast first, then
 /// transposed in the parameter's own element type, so that no wider copy is ever made.
-fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
+pub(super) fn convert(data: TensorData, transpose: bool, dtype: DType) -> TensorData {
     let data = data.convert_dtype(dtype);
     if !transpose {
         return data;

@@ -14,10 +14,10 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use ::safetensors::tensor::{Dtype, Metadata};
 use burn::module::ParamId;
 use burn::store::{TensorSnapshot, TensorSnapshotError};
 use burn::tensor::{bf16, f16, DType, TensorData};
-use safetensors::tensor::{Dtype, Metadata};
 
 use crate::error::{Mamba2Error, Result};
 

@@ -1,7 +1,7 @@
 //! The step of a trained backbone in plain `f32` loops over host memory.
 
 use burn::module::Param;
-use burn::nn::Linear;
+use burn::nn::{Embedding, Linear};
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::error::Mamba2Error;
@@ -69,6 +69,55 @@ impl CpuLinear {
     }
 }
 
+/// A token embedding on the host, `[vocab, d_model]` row-major (Burn's layout), which also
+/// serves as the tied LM head.
+#[derive(Clone, Debug)]
+pub struct CpuEmbedding {
+    weight: Vec<f32>,
+    vocab: usize,
+    d_model: usize,
+}
+
+impl CpuEmbedding {
+    /// Copies a Burn `Embedding`.
+    pub fn from_embedding<B: Backend>(embedding: &Embedding<B>) -> Self {
+        let [vocab, d_model] = embedding.weight.val().dims();
+        Self {
+            weight: host_param(&embedding.weight),
+            vocab,
+            d_model,
+        }
+    }
+
+    /// Number of rows.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// Row width.
+    pub fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// The embedding of `token`, `None` outside `0..vocab`.
+    ///
+    /// # Shapes
+    /// - returns `[d_model]`
+    pub fn row(&self, token: usize) -> Option<&[f32]> {
+        (token < self.vocab).then(|| &self.weight[token * self.d_model..(token + 1) * self.d_model])
+    }
+
+    /// The tied head: `out[v] = E[v, :] · h`.
+    ///
+    /// # Shapes
+    /// - h: `[d_model]`, out: `[vocab]`
+    pub fn logits(&self, h: &[f32], out: &mut [f32]) {
+        debug_assert_eq!(h.len(), self.d_model);
+        debug_assert_eq!(out.len(), self.vocab);
+        kernels::rows_dot(&self.weight, h, out);
+    }
+}
+
 /// Row-wise kernels, with an AVX2 + FMA build chosen at run time on x86-64.
 mod kernels {
     /// `out += x · W` for `W` `[x.len(), out.len()]` row-major: one axpy per input.
@@ -108,25 +157,55 @@ mod kernels {
                     decay * *s + xv * bv
                 };
             }
-            // eight partial sums so that the reduction vectorises
-            let mut acc = [0.0f32; 8];
-            let mut chunks = row.chunks_exact(8);
-            let mut cc = c.chunks_exact(8);
-            for (sv, cv) in (&mut chunks).zip(&mut cc) {
-                for j in 0..8 {
-                    acc[j] = if FMA {
-                        sv[j].mul_add(cv[j], acc[j])
-                    } else {
-                        sv[j] * cv[j] + acc[j]
-                    };
-                }
-            }
-            let mut total: f32 = acc.iter().sum();
-            for (sv, cv) in chunks.remainder().iter().zip(cc.remainder()) {
-                total += sv * cv;
-            }
-            *yv = total;
+            *yv = dot_body::<FMA>(row, c);
         }
+    }
+
+    /// `Σ a[i]·b[i]`, in eight partial sums so that the reduction vectorises.
+    #[inline(always)]
+    fn dot_body<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0.0f32; 8];
+        let mut chunks = a.chunks_exact(8);
+        let mut bc = b.chunks_exact(8);
+        for (av, bv) in (&mut chunks).zip(&mut bc) {
+            for j in 0..8 {
+                acc[j] = if FMA {
+                    av[j].mul_add(bv[j], acc[j])
+                } else {
+                    av[j] * bv[j] + acc[j]
+                };
+            }
+        }
+        let mut total: f32 = acc.iter().sum();
+        for (av, bv) in chunks.remainder().iter().zip(bc.remainder()) {
+            total += av * bv;
+        }
+        total
+    }
+
+    /// `out[r] = W[r, :] · x` for `W` `[out.len(), x.len()]` row-major.
+    #[inline(always)]
+    fn rows_dot_body<const FMA: bool>(w: &[f32], x: &[f32], out: &mut [f32]) {
+        for (o, row) in out.iter_mut().zip(w.chunks_exact(x.len())) {
+            *o = dot_body::<FMA>(row, x);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_dot_avx2(w: &[f32], x: &[f32], out: &mut [f32]) {
+        rows_dot_body::<true>(w, x, out)
+    }
+
+    /// `out = W · x` for `W` `[out.len(), x.len()]` row-major.
+    pub fn rows_dot(w: &[f32], x: &[f32], out: &mut [f32]) {
+        assert_eq!(w.len(), x.len() * out.len(), "weight size");
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma() {
+            // SAFETY: the processor supports AVX2 and FMA (checked above).
+            return unsafe { rows_dot_avx2(w, x, out) };
+        }
+        rows_dot_body::<false>(w, x, out)
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -19,6 +19,8 @@
 //! step, one observation at a time.
 
 mod backbone;
+mod lm;
 pub(crate) mod streaming;
 
 pub use backbone::*;
+pub use lm::{CpuLm, CpuLmState};

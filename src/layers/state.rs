@@ -43,6 +43,18 @@ impl<B: Backend> Mamba2State<B> {
             ssm: continue_rows(self.ssm, starts),
         }
     }
+
+    /// The states of several batches as one batch, their rows in order.
+    ///
+    /// # Panics
+    /// If `states` is empty.
+    pub fn cat(states: Vec<Self>) -> Self {
+        let (conv, ssm): (Vec<_>, Vec<_>) = states.into_iter().map(|s| (s.conv, s.ssm)).unzip();
+        Self {
+            conv: Tensor::cat(conv, 0),
+            ssm: Tensor::cat(ssm, 0),
+        }
+    }
 }
 
 /// The state of a whole stack of layers: one [`Mamba2State`] per layer, in order.
@@ -71,6 +83,25 @@ impl<B: Backend> BackboneState<B> {
                 .into_iter()
                 .map(|s| s.start_documents(starts.clone()))
                 .collect(),
+        }
+    }
+
+    /// The states of several batches of the same stack as one batch, their rows in order
+    /// ([`Mamba2State::cat`] in every layer).
+    ///
+    /// # Panics
+    /// If `states` is empty or their layer counts differ.
+    pub fn cat(states: Vec<Self>) -> Self {
+        let n_layers = states[0].layers.len();
+        let mut per_layer: Vec<Vec<Mamba2State<B>>> = (0..n_layers).map(|_| Vec::new()).collect();
+        for state in states {
+            assert_eq!(state.layers.len(), n_layers, "states of different stacks");
+            for (layer, s) in per_layer.iter_mut().zip(state.layers) {
+                layer.push(s);
+            }
+        }
+        Self {
+            layers: per_layer.into_iter().map(Mamba2State::cat).collect(),
         }
     }
 }
