@@ -68,6 +68,7 @@ struct Args {
     device: String,
 }
 
+#[cfg(feature = "tokenizer")]
 const DEFAULT_PROMPT: &str = "the state space model";
 const DEFAULT_IDS: &str = "3,14,15,9,26,53,58,9,7,9,32,38,46,26,43,38,32,7,9,50";
 
@@ -81,10 +82,13 @@ fn ids(text: &str, flag: &str) -> Result<Vec<i64>, String> {
         .collect()
 }
 
+/// What prints each new token.
+type Printer<'a> = Box<dyn FnMut(i64) -> String + 'a>;
+
 /// Text in and out when there is a tokenizer, ids otherwise.
 enum Text {
     #[cfg(feature = "tokenizer")]
-    Tokenizer(mamba2_burn::tokenizer::Tokenizer),
+    Tokenizer(Box<mamba2_burn::tokenizer::Tokenizer>),
     Ids,
 }
 
@@ -96,9 +100,9 @@ impl Text {
             .or_else(|| Some(dir.join("tokenizer.json")).filter(|f| f.is_file()));
         match file {
             #[cfg(feature = "tokenizer")]
-            Some(file) => Ok(Text::Tokenizer(
+            Some(file) => Ok(Text::Tokenizer(Box::new(
                 mamba2_burn::tokenizer::Tokenizer::from_file(file)?,
-            )),
+            ))),
             #[cfg(not(feature = "tokenizer"))]
             Some(_) if args.prompt.is_some() || args.tokenizer.is_some() => {
                 Err("text prompts need the `tokenizer` feature (or give --prompt-ids)".into())
@@ -136,10 +140,7 @@ impl Text {
     }
 
     /// Prints the prompt, then returns the printer of each new token.
-    fn printer<'a>(
-        &'a self,
-        prompt: &[i64],
-    ) -> Result<Box<dyn FnMut(i64) -> String + 'a>, Box<dyn std::error::Error>> {
+    fn printer<'a>(&'a self, prompt: &[i64]) -> Result<Printer<'a>, Box<dyn std::error::Error>> {
         match self {
             #[cfg(feature = "tokenizer")]
             Text::Tokenizer(t) => {

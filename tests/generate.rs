@@ -275,7 +275,9 @@ mod text {
         assert_eq!(tokenizer.vocab_size(), model.vocab_size());
         let prompt = tokenizer.encode("the state space model").unwrap();
         let config = GenerateConfig::new().with_max_new_tokens(10);
-        let got = model.generate(&[prompt.clone()], &config).unwrap();
+        let got = model
+            .generate(std::slice::from_ref(&prompt), &config)
+            .unwrap();
         assert_eq!(got.tokens[0], argmax_continuation(&model, &prompt, 10));
         let text = tokenizer.decode(&got.tokens[0]).unwrap();
         assert!(!text.is_empty());
