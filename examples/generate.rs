@@ -196,6 +196,7 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
     );
 
     let mut print = text.printer(&prompt)?;
+    std::io::stdout().flush()?;
     let generation = model.generate_streaming(&[prompt], &config, |_, token| {
         print!("{}", print(token));
         let _ = std::io::stdout().flush();

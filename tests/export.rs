@@ -156,6 +156,11 @@ fn every_case_goes_round_the_three_formats_to_the_same_logits() {
             save_checkpoint(&model, &config, out.path(), format).unwrap();
             let (read, read_format) = read_config(out.path()).unwrap();
             assert_eq!(read_format, format, "{name}");
+            if format == CheckpointFormat::HuggingFace {
+                // transformers would apply it to the loaded weights
+                let written = json(&out.path().join("config.json"));
+                assert_eq!(written["rescale_prenorm_residual"], false, "{name}");
+            }
             // same shape; the state-spaces format pads the vocabulary with its own multiple
             assert_eq!(
                 read.padded_vocab_size(),

@@ -308,8 +308,10 @@ fn check_lm_case<B: SsdAutodiffBackend>(
     }
 
     // greedy generation from the prompt: transformers' `generate(do_sample=False)` ids, with
-    // the tensor step and with the CPU step
-    if let Some(want) = expected.get("generate_ids") {
+    // the tensor step and with the CPU step. In `f32` and wider: in half precision the logits
+    // are 1e-2 off, and a close second choice may come first.
+    let exact = report.tol.forward <= F32_TOL.forward;
+    if let (Some(want), true) = (expected.get("generate_ids"), exact) {
         let want: Vec<i64> = want.clone().convert::<i64>().to_vec().unwrap();
         let prompts: Vec<Vec<i64>> = ids
             .clone()

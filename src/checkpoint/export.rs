@@ -204,10 +204,9 @@ fn hf_config(config: &Mamba2LmConfig) -> Result<String> {
         ("time_step_floor", json!(m.dt_init_floor)),
         ("time_step_limit", dt_limit_value(m.dt_limit)),
         ("initializer_range", json!(config.initializer_range)),
-        (
-            "rescale_prenorm_residual",
-            json!(config.backbone.rescale_prenorm_residual),
-        ),
+        // an initialisation setting, but transformers (5.24) applies it to loaded weights too:
+        // set, it would divide every loaded out_proj by √n_layer
+        ("rescale_prenorm_residual", json!(false)),
         ("tie_word_embeddings", json!(config.tie_embeddings)),
         ("use_cache", json!(true)),
         // absent, transformers would take 1, 0 and 2 (and stop generating at token 2)
