@@ -189,10 +189,11 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
     let start = Instant::now();
     let model = load_lm::<B>(&dir, &device)?;
     eprintln!(
-        "loaded {} (vocabulary {}) in {:.2} s",
+        "loaded {} (vocabulary {}) in {:.2} s{}",
         dir.display(),
         model.vocab_size(),
-        start.elapsed().as_secs_f64()
+        start.elapsed().as_secs_f64(),
+        peak_memory().map_or(String::new(), |kb| format!(", peak memory {} MB", kb / 1000))
     );
 
     let mut print = text.printer(&prompt)?;
@@ -222,6 +223,13 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
         generation.finish[0],
     );
     Ok(())
+}
+
+/// The process's peak resident memory in kB so far (Linux).
+fn peak_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn main() {

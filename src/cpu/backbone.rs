@@ -11,10 +11,16 @@ use crate::layers::mixer::{DtLimit, Mamba2};
 use crate::layers::norm::{RmsNorm, RmsNormGated};
 
 /// Copies a tensor to a host `Vec<f32>`.
+///
+/// Through a product with 1 (exact): burn-ndarray hands over the storage of a tensor nothing
+/// else holds, but copies a shared one (a parameter's value) element by element through its
+/// dynamic-rank iterator, about 30 ns an element: 1.4 s for the embedding of a 130m model,
+/// where the product takes a few milliseconds.
 fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
+    (t * 1.0)
+        .into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("f32 data after convert")
 }
 
