@@ -193,7 +193,10 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
         dir.display(),
         model.vocab_size(),
         start.elapsed().as_secs_f64(),
-        peak_memory().map_or(String::new(), |kb| format!(", peak memory {} MB", kb / 1000))
+        peak_memory().map_or(String::new(), |kb| format!(
+            ", peak memory {} MB",
+            kb / 1000
+        ))
     );
 
     let mut print = text.printer(&prompt)?;

@@ -254,10 +254,23 @@ impl<B: Backend> Mamba2Lm<B> {
     where
         B: SsdBackend,
     {
-        match &self.lm_head {
-            Some(head) => head.forward(h),
-            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
-        }
+        let Some(head) = &self.lm_head else {
+            let [b, l, d] = h.dims();
+            let embedding = self.embedding.weight.val();
+            if b * l < d {
+                // Fewer rows than the embedding's width (a step, a short prompt): `E · hᵀ`,
+                // transposed back. `h · Eᵀ` would have burn-ndarray copy the transposed
+                // `[vocab, d_model]` matrix at every call (154 MB at 130m), where this copies
+                // `b·l` rows of logits.
+                let v = embedding.dims()[0];
+                return embedding
+                    .matmul(h.reshape([b * l, d]).transpose())
+                    .transpose()
+                    .reshape([b, l, v]);
+            }
+            return h.matmul(embedding.transpose().unsqueeze::<3>());
+        };
+        head.forward(h)
     }
 
     /// Next-token logits for every position, continuing from `state` (a fresh sequence when
