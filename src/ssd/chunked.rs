@@ -386,7 +386,10 @@ pub fn ssd_chunked_tensor_ops<B: Backend>(input: SsdInput<B>) -> (Tensor<B, 4>, 
     } = input;
     let [b, l, h, p] = x.dims();
     let [_, _, g, n] = b_mat.dims();
-    let (r, q) = (h / g, chunk_size);
+    // a sequence shorter than a chunk is one chunk of its own length: the same sums, without
+    // the padding's share of the quadratic intra-chunk work (a 3-token prompt at chunks of
+    // 256 would compute 256² decay products per head)
+    let (r, q) = (h / g, chunk_size.min(l.max(1)));
     let out_dtype = x.dtype();
     let (x, dt, a, b_mat, c_mat) = (
         upcast(x),
