@@ -66,31 +66,22 @@ impl Sampler {
     /// - logits: `[b, vocab]`; returns `[b]`
     pub fn sample<B: Backend>(&mut self, logits: Tensor<B, 2>) -> Tensor<B, 1, Int> {
         let [b, v] = logits.dims();
+        if let Sampler::Greedy = self {
+            return logits.argmax(1).reshape([b]);
+        }
         let device = logits.device();
-        let tokens: Vec<i64> = match self {
-            Sampler::Greedy => return logits.argmax(1).reshape([b]),
-            Sampler::Sample {
-                temperature,
-                top_k,
-                top_p,
-                rng,
-            } => {
-                let values: Vec<f64> = logits
-                    .into_data()
-                    .convert::<f64>()
-                    .to_vec()
-                    .expect("float logits");
-                values
-                    .chunks(v)
-                    .map(|row| draw(row, *temperature, *top_k, *top_p, rng) as i64)
-                    .collect()
-            }
-        };
+        let values: Vec<f64> = logits
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .expect("float logits");
+        let tokens: Vec<i64> = values
+            .chunks(v)
+            .map(|row| self.choose(row) as i64)
+            .collect();
         Tensor::from_data(TensorData::new(tokens, [b]), &device)
     }
-}
 
-impl Sampler {
     /// The token chosen from one row of host logits: the first of the largest for
     /// [`Greedy`](Sampler::Greedy) (NaN is never chosen unless every logit is NaN), a draw as
     /// in [`sample`](Self::sample) otherwise.
@@ -108,15 +99,25 @@ impl Sampler {
                 }
                 best
             }
+            Sampler::Sample { .. } => {
+                let row: Vec<f64> = logits.iter().map(|&v| v as f64).collect();
+                self.choose(&row)
+            }
+        }
+    }
+
+    /// A draw from one row of logits (the first of the largest when greedy).
+    fn choose(&mut self, row: &[f64]) -> usize {
+        match self {
+            Sampler::Greedy => {
+                (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+            }
             Sampler::Sample {
                 temperature,
                 top_k,
                 top_p,
                 rng,
-            } => {
-                let row: Vec<f64> = logits.iter().map(|&v| v as f64).collect();
-                draw(&row, *temperature, *top_k, *top_p, rng)
-            }
+            } => draw(row, *temperature, *top_k, *top_p, rng),
         }
     }
 }
