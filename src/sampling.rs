@@ -90,15 +90,7 @@ impl Sampler {
     /// - logits: `[vocab]`
     pub fn pick(&mut self, logits: &[f32]) -> usize {
         match self {
-            Sampler::Greedy => {
-                let mut best = 0;
-                for (i, &v) in logits.iter().enumerate() {
-                    if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
-                        best = i;
-                    }
-                }
-                best
-            }
+            Sampler::Greedy => first_largest(logits),
             Sampler::Sample { .. } => {
                 let row: Vec<f64> = logits.iter().map(|&v| v as f64).collect();
                 self.choose(&row)
@@ -106,12 +98,10 @@ impl Sampler {
         }
     }
 
-    /// A draw from one row of logits (the first of the largest when greedy).
+    /// [`pick`](Self::pick) on a row of `f64` logits.
     fn choose(&mut self, row: &[f64]) -> usize {
         match self {
-            Sampler::Greedy => {
-                (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
-            }
+            Sampler::Greedy => first_largest(row),
             Sampler::Sample {
                 temperature,
                 top_k,
@@ -120,6 +110,18 @@ impl Sampler {
             } => draw(row, *temperature, *top_k, *top_p, rng),
         }
     }
+}
+
+/// The index of the first of the largest values; NaN only when every value is NaN.
+fn first_largest<T: PartialOrd + Copy>(row: &[T]) -> usize {
+    let nan = |v: T| v.partial_cmp(&v).is_none();
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] || nan(row[best]) && !nan(v) {
+            best = i;
+        }
+    }
+    best
 }
 
 /// Draws an index from one row of logits.

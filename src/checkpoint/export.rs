@@ -113,18 +113,12 @@ impl<B: Backend> ModuleVisitor<B> for Exported {
         if transpose {
             shape.reverse();
         }
-        let st_dtype = match dtype {
-            DType::F64 => Dtype::F64,
-            DType::F16 => Dtype::F16,
-            DType::BF16 => Dtype::BF16,
-            _ => Dtype::F32,
-        };
         // float types other than these four are written as f32
-        let out_dtype = match st_dtype {
-            Dtype::F64 => DType::F64,
-            Dtype::F16 => DType::F16,
-            Dtype::BF16 => DType::BF16,
-            _ => DType::F32,
+        let (st_dtype, out_dtype) = match dtype {
+            DType::F64 => (Dtype::F64, DType::F64),
+            DType::F16 => (Dtype::F16, DType::F16),
+            DType::BF16 => (Dtype::BF16, DType::BF16),
+            _ => (Dtype::F32, DType::F32),
         };
         let bytes = shape.iter().product::<usize>() * out_dtype.size();
         let data = Box::new(move || convert(tensor.clone().into_data(), transpose, out_dtype));
