@@ -107,8 +107,8 @@ pub struct SsdGrads<B: Backend> {
 
 /// A backend that runs the chunked SSD, the bound of every model in this crate.
 ///
-/// Implemented for every backend this crate builds with: `NdArray` (the tensor-op form),
-/// `CubeBackend` and `Fusion<CubeBackend>` (with the `cubecl` feature, which `wgpu` and `cuda`
+/// Implemented for every backend this crate builds with: `NdArray` (with the `ndarray` feature:
+/// the fused CPU scan for `f32` and `f64`), `CubeBackend` and `Fusion<CubeBackend>` (with the `cubecl` feature, which `wgpu` and `cuda`
 /// turn on: the fused kernels, so `burn::backend::Wgpu`, `Cuda`, `Vulkan`, `Metal` and `Rocm`
 /// run them), and `Autodiff<B>` over any of them (with the fused gradient where `B` has one).
 ///
@@ -171,17 +171,6 @@ pub(crate) fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, 
 /// A tensor's float primitive.
 pub(crate) fn primitive<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
-}
-
-#[cfg(feature = "ndarray")]
-impl<E, I, Q> SsdBackend for burn::backend::NdArray<E, I, Q>
-where
-    E: burn::backend::ndarray::FloatNdArrayElement,
-    I: burn::backend::ndarray::IntNdArrayElement,
-    Q: burn::backend::ndarray::QuantElement,
-    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
-    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
-{
 }
 
 /// An autodiff backend whose inner backend runs the SSD too: the bound of the training code.

@@ -34,6 +34,8 @@
 //! - `backend`: [`SsdBackend`], the chunked scan as a backend operation (its default: the
 //!   tensor operations), and its NdArray implementation;
 //! - `autodiff`: the backend operation under `Autodiff` (one node with the backend's gradient);
+//! - `cpu` (feature `ndarray`): the fused scan over slices, forward and backward, for
+//!   burn-ndarray;
 //! - `cubecl` (feature `cubecl`): the fused kernels, forward and backward, for the CubeCL
 //!   backends and their fusion wrapper.
 
@@ -41,10 +43,14 @@ mod autodiff;
 pub(crate) mod backend;
 pub(crate) mod chunked;
 pub mod cost;
+#[cfg(feature = "ndarray")]
+mod cpu;
 #[cfg(feature = "cubecl")]
 mod cubecl;
 mod input;
 pub(crate) mod recurrence;
+#[cfg(all(test, feature = "ndarray"))]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -56,7 +62,8 @@ pub use input::SsdInput;
 pub use recurrence::{ssd_sequential, ssd_step};
 
 /// The chunked SSD ("4 steps"): exact, on the backend's own path ([`SsdBackend::ssd_chunked`]):
-/// fused kernels on the CubeCL backends, [`ssd_chunked_tensor_ops`] elsewhere.
+/// fused kernels on the CubeCL backends, a fused scan over slices on NdArray (`f32`, `f64`),
+/// [`ssd_chunked_tensor_ops`] elsewhere.
 ///
 /// Any `l` is accepted (padding to a multiple of the chunk size is internal), any chunk size
 /// `q ≥ 1`; with [`SsdInput::document_starts`] a row holds several documents. Returns `y`
