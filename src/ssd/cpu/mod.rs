@@ -10,9 +10,9 @@
 //! products of the per-step decays of their segment ([`decay`]), each chunk at its own length
 //! (no padding).
 //!
-//! Nothing here depends on burn-ndarray's internals: the tensors are read and written through
-//! `TensorData` (a copy each way, small next to the scan: the scan reads each input `O(q)`
-//! times), so a project that depends on this crate runs the same code as its tests.
+//! Nothing here depends on this repository's patched burn-ndarray: the tensors are read in
+//! place and written through burn-ndarray's public types ([`host`]), so a project that depends
+//! on this crate runs the same code as its tests.
 //!
 //! Why by hand: the tensor operations of the chunked form on burn-ndarray materialise every
 //! intermediate (`b·c·h·q²` decay matrices and products, their copies for broadcasting, and
@@ -22,15 +22,20 @@
 mod backward;
 mod decay;
 mod forward;
+mod host;
 mod layout;
 mod matmul;
 
+use burn::backend::ndarray::NdArrayTensor;
+use burn::tensor::backend::{Backend, BackendTypes};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{backend::Backend, DType, Element, Tensor, TensorData, TensorMetadata};
+use burn::tensor::{DType, TensorMetadata};
+use ndarray::{CowArray, Ix1, Ix2, Ix3, Ix4};
 use rayon::prelude::*;
 
 use super::backend::{float, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
 use crate::precision::cast_to;
+use host::{slice, values, HostFloat};
 use layout::{Dims, Inputs, Task};
 use matmul::Real;
 
@@ -77,105 +82,126 @@ fn dims<B: Backend>(inputs: &SsdPrimitives<B>) -> Dims {
     Dims::new([b, l, h, p], g, n, inputs.chunk_size)
 }
 
-/// A primitive's values as `E`, row-major.
-fn host<B: Backend, E: Element, const D: usize>(t: FloatTensor<B>) -> Vec<E> {
-    float::<B, D>(t)
-        .into_data()
-        .convert::<E>()
-        .into_vec::<E>()
-        .expect("values converted to the scan's type")
+/// `t` as a primitive of type `dtype` (itself when it is).
+fn typed<B: Backend, const D: usize>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
+    if t.dtype() == dtype {
+        t
+    } else {
+        primitive(cast_to(float::<B, D>(t), dtype))
+    }
 }
 
-/// Values `E` of shape `shape` as a primitive on `device`, of type `dtype`.
-fn device<B: Backend, E: Element, const D: usize>(
-    values: Vec<E>,
-    shape: [usize; D],
-    device: &B::Device,
-    dtype: DType,
-) -> FloatTensor<B> {
-    let t = Tensor::<B, D>::from_data(TensorData::new(values, shape), (device, E::dtype()));
-    primitive(cast_to(t, dtype))
+/// The inputs of one scan cast to one type, and their values in row-major order (borrowed
+/// where the tensors already are).
+struct Host<'a, E: Clone> {
+    x: CowArray<'a, E, Ix4>,
+    dt: CowArray<'a, E, Ix3>,
+    a: CowArray<'a, E, Ix1>,
+    b_mat: CowArray<'a, E, Ix4>,
+    c_mat: CowArray<'a, E, Ix4>,
+    initial: Option<CowArray<'a, E, Ix4>>,
+    starts: Option<CowArray<'a, E, Ix2>>,
 }
 
-/// The inputs on the host, as `E`.
-struct Host<E> {
-    x: Vec<E>,
-    dt: Vec<E>,
-    a: Vec<E>,
-    b_mat: Vec<E>,
-    c_mat: Vec<E>,
-    initial: Option<Vec<E>>,
-    starts: Option<Vec<E>>,
-}
-
-impl<E: Real + Element> Host<E> {
-    fn of<B: Backend>(inputs: SsdPrimitives<B>) -> Self {
+impl<'a, E: HostFloat> Host<'a, E> {
+    fn of(t: &'a SsdPrimitives<impl NdArrayBackend>) -> Self {
         Self {
-            x: host::<B, E, 4>(inputs.x),
-            dt: host::<B, E, 3>(inputs.dt),
-            a: host::<B, E, 1>(inputs.a),
-            b_mat: host::<B, E, 4>(inputs.b_mat),
-            c_mat: host::<B, E, 4>(inputs.c_mat),
-            initial: inputs.initial_state.map(host::<B, E, 4>),
-            starts: inputs.starts.map(host::<B, E, 2>),
+            x: values(&t.x),
+            dt: values(&t.dt),
+            a: values(&t.a),
+            b_mat: values(&t.b_mat),
+            c_mat: values(&t.c_mat),
+            initial: t.initial_state.as_ref().map(values),
+            starts: t.starts.as_ref().map(values),
         }
     }
 
     fn inputs(&self) -> Inputs<'_, E> {
         Inputs {
-            x: &self.x,
-            dt: &self.dt,
-            a: &self.a,
-            b_mat: &self.b_mat,
-            c_mat: &self.c_mat,
-            initial: self.initial.as_deref(),
-            starts: self.starts.as_deref(),
+            x: slice(&self.x),
+            dt: slice(&self.dt),
+            a: slice(&self.a),
+            b_mat: slice(&self.b_mat),
+            c_mat: slice(&self.c_mat),
+            initial: self.initial.as_ref().map(slice),
+            starts: self.starts.as_ref().map(slice),
         }
     }
 }
 
+/// A backend whose float tensors are burn-ndarray's.
+trait NdArrayBackend: Backend + BackendTypes<FloatTensorPrimitive = NdArrayTensor> {}
+
+impl<B: Backend + BackendTypes<FloatTensorPrimitive = NdArrayTensor>> NdArrayBackend for B {}
+
+/// Every input cast to `dtype`.
+fn cast_inputs<B: Backend>(inputs: SsdPrimitives<B>, dtype: DType) -> SsdPrimitives<B> {
+    SsdPrimitives {
+        x: typed::<B, 4>(inputs.x, dtype),
+        dt: typed::<B, 3>(inputs.dt, dtype),
+        a: typed::<B, 1>(inputs.a, dtype),
+        b_mat: typed::<B, 4>(inputs.b_mat, dtype),
+        c_mat: typed::<B, 4>(inputs.c_mat, dtype),
+        initial_state: inputs.initial_state.map(|t| typed::<B, 4>(t, dtype)),
+        starts: inputs.starts.map(|t| typed::<B, 2>(t, dtype)),
+        chunk_size: inputs.chunk_size,
+    }
+}
+
+/// Per-task outputs of a head layout (`[heads, l, w]`, head by head) into a tensor of layout
+/// `[b, l, h, w]`.
+fn scatter_heads<E: Real>(d: &Dims, task: &Task, part: &[E], w: usize, out: &mut [E]) {
+    let (l, h) = (d.l, d.h);
+    for (hl, hh) in task.heads.clone().enumerate() {
+        for t in 0..l {
+            let at = ((task.bi * l + t) * h + hh) * w;
+            out[at..at + w].copy_from_slice(&part[(hl * l + t) * w..(hl * l + t + 1) * w]);
+        }
+    }
+}
+
+/// Per-task states (`[heads, p·n]`) into a tensor of layout `[b, h, p, n]`.
+fn scatter_states<E: Real>(d: &Dims, task: &Task, part: &[E], out: &mut [E]) {
+    let size = d.p * d.n;
+    let at = (task.bi * d.h + task.heads.start) * size;
+    out[at..at + task.heads.len() * size].copy_from_slice(part);
+}
+
 /// The scan's forward in `E`: `y` `[b, l, h, p]` and the final state `[b, h, p, n]`, both of
 /// `x`'s type.
-pub(crate) fn forward<B: Backend, E: Real + Element>(
+fn forward<B: NdArrayBackend, E: HostFloat>(
     inputs: SsdPrimitives<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let d = dims(&inputs);
-    let (dtype, dev) = (inputs.x.dtype(), B::float_device(&inputs.x));
-    let values = Host::<E>::of(inputs);
-    let f = values.inputs();
+    let inputs = cast_inputs(inputs, E::dtype());
+    let host = Host::<E>::of(&inputs);
+    let f = host.inputs();
     let tasks = Task::all(&d, rayon::current_num_threads());
     let outputs: Vec<_> = tasks
         .par_iter()
         .map(|task| forward::forward(&f, &d, task))
         .collect();
-    let (l, h, p, n) = (d.l, d.h, d.p, d.n);
-    let mut y = vec![E::ZERO; d.b * l * h * p];
-    let mut last = vec![E::ZERO; d.b * h * p * n];
+    let mut y = vec![E::ZERO; d.b * d.l * d.h * d.p];
+    let mut last = vec![E::ZERO; d.b * d.h * d.p * d.n];
     for (task, out) in tasks.iter().zip(outputs) {
-        for (hl, hh) in task.heads.clone().enumerate() {
-            for t in 0..l {
-                let at = ((task.bi * l + t) * h + hh) * p;
-                y[at..at + p].copy_from_slice(&out.y[(hl * l + t) * p..(hl * l + t + 1) * p]);
-            }
-            let at = (task.bi * h + hh) * p * n;
-            last[at..at + p * n].copy_from_slice(&out.last[hl * p * n..(hl + 1) * p * n]);
-        }
+        scatter_heads(&d, task, &out.y, d.p, &mut y);
+        scatter_states(&d, task, &out.last, &mut last);
     }
     (
-        device::<B, E, 4>(y, [d.b, l, h, p], &dev, dtype),
-        device::<B, E, 4>(last, [d.b, h, p, n], &dev, dtype),
+        E::tensor(y, &[d.b, d.l, d.h, d.p]),
+        E::tensor(last, &[d.b, d.h, d.p, d.n]),
     )
 }
 
 /// The scan's gradient in `E`, from those of `y` and of the final state; each gradient of its
 /// input's type.
-pub(crate) fn backward<B: Backend, E: Real + Element>(
+fn backward<B: NdArrayBackend, E: HostFloat>(
     inputs: SsdPrimitives<B>,
     grad_y: FloatTensor<B>,
     grad_state: FloatTensor<B>,
 ) -> SsdGrads<B> {
     let d = dims(&inputs);
-    let dev = B::float_device(&inputs.x);
+    let (b, l, h, g, p, n) = (d.b, d.l, d.h, d.g, d.p, d.n);
     let types = [
         inputs.x.dtype(),
         inputs.dt.dtype(),
@@ -184,42 +210,46 @@ pub(crate) fn backward<B: Backend, E: Real + Element>(
         inputs.c_mat.dtype(),
     ];
     let initial_type = inputs.initial_state.as_ref().map(|t| t.dtype());
-    let values = Host::<E>::of(inputs);
-    let (dy, dlast) = (host::<B, E, 4>(grad_y), host::<B, E, 4>(grad_state));
-    assert_eq!(dy.len(), d.b * d.l * d.h * d.p, "SSD: dy must be y's shape");
-    assert_eq!(
-        dlast.len(),
-        d.b * d.h * d.p * d.n,
-        "SSD: the final state's gradient"
+    let inputs = cast_inputs(inputs, E::dtype());
+    let (grad_y, grad_state) = (
+        typed::<B, 4>(grad_y, E::dtype()),
+        typed::<B, 4>(grad_state, E::dtype()),
     );
-    let f = values.inputs();
+    assert_eq!(
+        grad_y.shape().to_vec(),
+        [b, l, h, p],
+        "SSD: dy must have y's shape"
+    );
+    assert_eq!(
+        grad_state.shape().to_vec(),
+        [b, h, p, n],
+        "SSD: the final state's gradient must have its shape"
+    );
+    let host = Host::<E>::of(&inputs);
+    let f = host.inputs();
+    let (dy, dlast) = (values::<E, Ix4>(&grad_y), values::<E, Ix4>(&grad_state));
+    let (dy, dlast) = (slice(&dy), slice(&dlast));
     let tasks = Task::all(&d, rayon::current_num_threads());
     let grads: Vec<_> = tasks
         .par_iter()
-        .map(|task| backward::backward(&f, &dy, &dlast, &d, task))
+        .map(|task| backward::backward(&f, dy, dlast, &d, task))
         .collect();
-    let (b, l, h, g, p, n) = (d.b, d.l, d.h, d.g, d.p, d.n);
-    let size = p * n;
     let mut dx = vec![E::ZERO; b * l * h * p];
     let mut ddt = vec![E::ZERO; b * l * h];
     let mut da = vec![E::ZERO; h];
     let mut db = vec![E::ZERO; b * l * g * n];
     let mut dc = vec![E::ZERO; b * l * g * n];
-    let mut dinit = vec![E::ZERO; b * h * size];
+    let mut dinit = vec![E::ZERO; b * h * p * n];
     for (task, grad) in tasks.iter().zip(grads) {
-        let bi = task.bi;
+        scatter_heads(&d, task, &grad.x, p, &mut dx);
+        scatter_heads(&d, task, &grad.dt, 1, &mut ddt);
+        scatter_states(&d, task, &grad.initial, &mut dinit);
         for (hl, hh) in task.heads.clone().enumerate() {
-            for t in 0..l {
-                let at = ((bi * l + t) * h + hh) * p;
-                dx[at..at + p].copy_from_slice(&grad.x[(hl * l + t) * p..(hl * l + t + 1) * p]);
-                ddt[(bi * l + t) * h + hh] = grad.dt[hl * l + t];
-            }
             da[hh] += grad.a[hl];
-            let at = (bi * h + hh) * size;
-            dinit[at..at + size].copy_from_slice(&grad.initial[hl * size..(hl + 1) * size]);
         }
+        // the parts of a group's B and C from each of its tasks
         for t in 0..l {
-            let at = ((bi * l + t) * g + task.gi) * n;
+            let at = ((task.bi * l + t) * g + task.gi) * n;
             for (total, part) in [(&mut db, &grad.b_mat), (&mut dc, &grad.c_mat)] {
                 for (o, &v) in total[at..at + n].iter_mut().zip(&part[t * n..(t + 1) * n]) {
                     *o += v;
@@ -227,13 +257,21 @@ pub(crate) fn backward<B: Backend, E: Real + Element>(
             }
         }
     }
+    let out = |values: Vec<E>, shape: &[usize], dtype: DType| -> FloatTensor<B> {
+        let t = E::tensor(values, shape);
+        match shape.len() {
+            1 => typed::<B, 1>(t, dtype),
+            3 => typed::<B, 3>(t, dtype),
+            _ => typed::<B, 4>(t, dtype),
+        }
+    };
     SsdGrads {
-        x: device::<B, E, 4>(dx, [b, l, h, p], &dev, types[0]),
-        dt: device::<B, E, 3>(ddt, [b, l, h], &dev, types[1]),
-        a: device::<B, E, 1>(da, [h], &dev, types[2]),
-        b_mat: device::<B, E, 4>(db, [b, l, g, n], &dev, types[3]),
-        c_mat: device::<B, E, 4>(dc, [b, l, g, n], &dev, types[4]),
-        initial_state: initial_type.map(|t| device::<B, E, 4>(dinit, [b, h, p, n], &dev, t)),
+        x: out(dx, &[b, l, h, p], types[0]),
+        dt: out(ddt, &[b, l, h], types[1]),
+        a: out(da, &[h], types[2]),
+        b_mat: out(db, &[b, l, g, n], types[3]),
+        c_mat: out(dc, &[b, l, g, n], types[4]),
+        initial_state: initial_type.map(|t| out(dinit, &[b, h, p, n], t)),
     }
 }
 
@@ -242,8 +280,8 @@ where
     E: burn::backend::ndarray::FloatNdArrayElement,
     I: burn::backend::ndarray::IntNdArrayElement,
     Q: burn::backend::ndarray::QuantElement,
-    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
-    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
+    NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+    NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
 {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         match inputs.x.dtype() {
@@ -272,10 +310,13 @@ where
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, NdArray};
-    use burn::tensor::DType;
+    use burn::tensor::{DType, Tensor};
+    use rand::{rngs::StdRng, SeedableRng};
 
     use crate::ssd::backend::SsdBackend;
+    use crate::ssd::chunked::tests::uniform;
     use crate::ssd::tests::fused_matches_tensor_ops;
+    use crate::ssd::{ssd_chunked, SsdInput};
 
     #[test]
     fn fused_matches_tensor_ops_on_ndarray() {
@@ -291,5 +332,40 @@ mod tests {
             assert!(!<Autodiff<NdArray>>::has_fused_ssd(DType::F32, q));
         }
         assert!(!NdArray::<f32>::has_fused_ssd(DType::F16, 64));
+    }
+
+    /// Inputs that are views in another layout (as the mixer's splits of its projection are)
+    /// give the same scan, bit for bit, as row-major copies of them.
+    #[test]
+    fn inputs_in_any_layout_read_the_same_values() {
+        let device = Default::default();
+        let mut rng = StdRng::seed_from_u64(5);
+        let (b, l, h, p, g, n, q) = (2, 13, 4, 3, 2, 5, 4);
+        let x = uniform::<NdArray, 4>(&mut rng, [b, h, l, p], -1.0..1.0, &device).swap_dims(1, 2);
+        let dt = uniform::<NdArray, 3>(&mut rng, [h, b, l], 0.01..0.5, &device).permute([1, 2, 0]);
+        let a = uniform::<NdArray, 1>(&mut rng, [h], -2.0..-0.1, &device);
+        let b_mat =
+            uniform::<NdArray, 4>(&mut rng, [b, l, n, g], -1.0..1.0, &device).swap_dims(2, 3);
+        let c_mat =
+            uniform::<NdArray, 4>(&mut rng, [n, b, l, g], -1.0..1.0, &device).permute([1, 2, 3, 0]);
+        let init =
+            uniform::<NdArray, 4>(&mut rng, [b, h, n, p], -1.0..1.0, &device).swap_dims(2, 3);
+        let copy = |t: Tensor<NdArray, 4>| Tensor::<NdArray, 4>::from_data(t.to_data(), &device);
+        let run = |x, dt, b_mat, c_mat, init| {
+            let (y, last) = ssd_chunked(
+                SsdInput::new(x, dt, a.clone(), b_mat, c_mat, q).initial_state(Some(init)),
+            );
+            (y.into_data(), last.into_data())
+        };
+        let views = run(
+            x.clone(),
+            dt.clone(),
+            b_mat.clone(),
+            c_mat.clone(),
+            init.clone(),
+        );
+        let dt_copy = Tensor::<NdArray, 3>::from_data(dt.to_data(), &device);
+        let copies = run(copy(x), dt_copy, copy(b_mat), copy(c_mat), copy(init));
+        assert_eq!(views, copies);
     }
 }
