@@ -15,7 +15,7 @@
 
 use super::decay::log_decay_grads;
 use super::forward::Chunk;
-use super::layout::{dot, group_rows, head_rows, scale_rows, scores, Dims, Inputs, Task};
+use super::layout::{dot, group_rows, head_rows, scores, Dims, Inputs, Task};
 use super::matmul::{matmul, Mat, MatMut, Real};
 
 /// The gradients a task computes: those of `x` (`[heads, l, p]`), `dt` (`[heads, l]`), `A`
@@ -103,19 +103,17 @@ pub(super) fn backward<E: Real>(
 
             // e ⊙ dy, contiguous
             for i in 0..len {
-                let at = ((bi * l + t0 + i) * d.h + hh) * p;
-                scale_rows(
-                    &dy[at..at + p],
-                    &dec.from_start[i..],
-                    1,
-                    p,
-                    &mut s.dyw[i * p..],
-                );
+                let at = d.head_row(bi, t0 + i, hh);
+                let e = dec.from_start[i];
+                for (o, &v) in s.dyw[i * p..(i + 1) * p].iter_mut().zip(&dy[at..at + p]) {
+                    *o = v * e;
+                }
             }
             let dyw = Mat::rows(&s.dyw, 0, [len, p], p);
             // the entering state's gradient
-            for (gi_, &gv) in g_in.iter_mut().zip(&g) {
-                *gi_ = gv * dec.total;
+            let total = dec.total();
+            for (o, &v) in g_in.iter_mut().zip(&g) {
+                *o = v * total;
             }
             matmul(MatMut::rows(&mut g_in, 0, [p, n], n), dyw.t(), c_rows, true);
             // C through the entering state
@@ -133,7 +131,7 @@ pub(super) fn backward<E: Real>(
                 false,
             );
             for i in 0..len {
-                let at = ((bi * l + t0 + i) * d.h + hh) * p;
+                let at = d.head_row(bi, t0 + i, hh);
                 s.grad_from_start[i] =
                     dot(&dy[at..at + p], &s.rows[i * p..(i + 1) * p]) * dec.from_start[i];
             }
@@ -171,7 +169,7 @@ pub(super) fn backward<E: Real>(
                 Mat::rows(&g, 0, [p, n], n),
                 true,
             );
-            let grad_total = dot(&g, s_in) * dec.total;
+            let grad_total = dot(&g, s_in) * total;
             // the scores' gradient, then the pairs' terms in place of dy · x̃ᵀ
             let grad_cb_j = &mut grad_cb[j * q * q..j * q * q + len * len];
             for i in 0..len {
@@ -195,7 +193,7 @@ pub(super) fn backward<E: Real>(
             for i in 0..len {
                 let t = t0 + i;
                 let dt = f.dt(d, bi, t, hh);
-                let at = ((bi * l + t) * d.h + hh) * p;
+                let at = d.head_row(bi, t, hh);
                 let dxdt = &s.dxdt[i * p..(i + 1) * p];
                 let grad_da = s.grad_da[i];
                 out.dt[hl * l + t] = dot(&f.x[at..at + p], dxdt) + a * grad_da;

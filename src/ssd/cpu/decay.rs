@@ -25,8 +25,6 @@ pub(super) struct ChunkDecays<E> {
     pub(super) from_start: Vec<E>,
     /// `Π_{m>k} e[m]`, the decay from `k` to the chunk's end.
     pub(super) to_end: Vec<E>,
-    /// `Π_m e[m]`, the decay over the whole chunk.
-    pub(super) total: E,
     /// `L[i, k]` at `i·len + k`, 0 above the diagonal (`len × len`).
     pub(super) matrix: Vec<E>,
     step: Vec<E>,
@@ -39,10 +37,16 @@ impl<E: Real> ChunkDecays<E> {
             len: 0,
             from_start: vec![E::ZERO; q],
             to_end: vec![E::ZERO; q],
-            total: E::ONE,
             matrix: vec![E::ZERO; q * q],
             step: vec![E::ZERO; q],
         }
+    }
+
+    /// `Π_m e[m]`, the decay over the whole chunk (1 over no position).
+    pub(super) fn total(&self) -> E {
+        self.len
+            .checked_sub(1)
+            .map_or(E::ONE, |last| self.from_start[last])
     }
 
     /// The decays of a chunk whose step sizes are `dt(i)` and document starts `start(i)`
@@ -65,7 +69,6 @@ impl<E: Real> ChunkDecays<E> {
             product *= self.step[i];
             self.from_start[i] = product;
         }
-        self.total = if len == 0 { E::ONE } else { product };
         // row i is row i-1 times e[i], then 1 on the diagonal
         let matrix = &mut self.matrix[..len * len];
         matrix.fill(E::ZERO);
@@ -160,7 +163,7 @@ mod tests {
             assert!((d.from_start[i] - seg(0, i + 1)).abs() <= 1e-15);
             assert!((d.to_end[i] - seg(i + 1, len)).abs() <= 1e-15);
         }
-        assert_eq!(d.total, 0.0);
+        assert_eq!(d.total(), 0.0);
         assert_eq!(d.matrix[4 * len + 1], 0.0);
         assert!(d.matrix[4 * len + 2] > 0.0);
     }

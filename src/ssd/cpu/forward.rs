@@ -72,7 +72,7 @@ impl<E: Real> Chunk<E> {
         state: &mut [E],
     ) {
         let (t0, len) = d.chunk(j);
-        let total = self.decays.total;
+        let total = self.decays.total();
         for s in state.iter_mut() {
             *s *= total;
         }

@@ -36,6 +36,12 @@ impl Dims {
         }
     }
 
+    /// Where position `t` of head `hh` in row `bi` starts in a tensor of `x`'s layout
+    /// `[b, l, h, p]`.
+    pub(super) fn head_row(&self, bi: usize, t: usize, hh: usize) -> usize {
+        ((bi * self.l + t) * self.h + hh) * self.p
+    }
+
     /// The first position of chunk `j` and its length.
     pub(super) fn chunk(&self, j: usize) -> (usize, usize) {
         let t0 = j * self.q;
@@ -120,12 +126,7 @@ pub(super) fn head_rows<'a, E>(
     t0: usize,
     len: usize,
 ) -> Mat<'a, E> {
-    Mat::rows(
-        data,
-        ((bi * d.l + t0) * d.h + hh) * d.p,
-        [len, d.p],
-        d.h * d.p,
-    )
+    Mat::rows(data, d.head_row(bi, t0, hh), [len, d.p], d.h * d.p)
 }
 
 /// Rows `t0..t0 + len` of group `gi` in row `bi` of `B` or `C` (`len × n`).
@@ -176,7 +177,7 @@ pub(super) fn scaled_rows<E: Real>(
 ) {
     let p = d.p;
     for i in 0..len {
-        let at = ((bi * d.l + t0 + i) * d.h + hh) * p;
+        let at = d.head_row(bi, t0 + i, hh);
         let w = f.dt(d, bi, t0 + i, hh);
         for (o, &v) in out[i * p..(i + 1) * p].iter_mut().zip(&f.x[at..at + p]) {
             *o = v * w;

@@ -33,8 +33,7 @@ use burn::tensor::{DType, TensorMetadata};
 use ndarray::{CowArray, Ix1, Ix2, Ix3, Ix4};
 use rayon::prelude::*;
 
-use super::backend::{float, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
-use crate::precision::cast_to;
+use super::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
 use host::{slice, values, HostFloat};
 use layout::{Dims, Inputs, Task};
 use matmul::Real;
@@ -83,11 +82,11 @@ fn dims<B: Backend>(inputs: &SsdPrimitives<B>) -> Dims {
 }
 
 /// `t` as a primitive of type `dtype` (itself when it is).
-fn typed<B: Backend, const D: usize>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
+fn typed<B: Backend>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
     if t.dtype() == dtype {
         t
     } else {
-        primitive(cast_to(float::<B, D>(t), dtype))
+        B::float_cast(t, dtype.into())
     }
 }
 
@@ -137,13 +136,13 @@ impl<B: Backend + BackendTypes<FloatTensorPrimitive = NdArrayTensor>> NdArrayBac
 /// Every input cast to `dtype`.
 fn cast_inputs<B: Backend>(inputs: SsdPrimitives<B>, dtype: DType) -> SsdPrimitives<B> {
     SsdPrimitives {
-        x: typed::<B, 4>(inputs.x, dtype),
-        dt: typed::<B, 3>(inputs.dt, dtype),
-        a: typed::<B, 1>(inputs.a, dtype),
-        b_mat: typed::<B, 4>(inputs.b_mat, dtype),
-        c_mat: typed::<B, 4>(inputs.c_mat, dtype),
-        initial_state: inputs.initial_state.map(|t| typed::<B, 4>(t, dtype)),
-        starts: inputs.starts.map(|t| typed::<B, 2>(t, dtype)),
+        x: typed::<B>(inputs.x, dtype),
+        dt: typed::<B>(inputs.dt, dtype),
+        a: typed::<B>(inputs.a, dtype),
+        b_mat: typed::<B>(inputs.b_mat, dtype),
+        c_mat: typed::<B>(inputs.c_mat, dtype),
+        initial_state: inputs.initial_state.map(|t| typed::<B>(t, dtype)),
+        starts: inputs.starts.map(|t| typed::<B>(t, dtype)),
         chunk_size: inputs.chunk_size,
     }
 }
@@ -212,8 +211,8 @@ fn backward<B: NdArrayBackend, E: HostFloat>(
     let initial_type = inputs.initial_state.as_ref().map(|t| t.dtype());
     let inputs = cast_inputs(inputs, E::dtype());
     let (grad_y, grad_state) = (
-        typed::<B, 4>(grad_y, E::dtype()),
-        typed::<B, 4>(grad_state, E::dtype()),
+        typed::<B>(grad_y, E::dtype()),
+        typed::<B>(grad_state, E::dtype()),
     );
     assert_eq!(
         grad_y.shape().to_vec(),
@@ -257,14 +256,8 @@ fn backward<B: NdArrayBackend, E: HostFloat>(
             }
         }
     }
-    let out = |values: Vec<E>, shape: &[usize], dtype: DType| -> FloatTensor<B> {
-        let t = E::tensor(values, shape);
-        match shape.len() {
-            1 => typed::<B, 1>(t, dtype),
-            3 => typed::<B, 3>(t, dtype),
-            _ => typed::<B, 4>(t, dtype),
-        }
-    };
+    let out =
+        |values: Vec<E>, shape: &[usize], dtype: DType| typed::<B>(E::tensor(values, shape), dtype);
     SsdGrads {
         x: out(dx, &[b, l, h, p], types[0]),
         dt: out(ddt, &[b, l, h], types[1]),
