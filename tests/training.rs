@@ -269,15 +269,17 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
         input[1..].fill(-1);
         SequenceItem::new(input.clone(), input)
     };
-    let dataset = GeneratedDataset::new(item, 0, n);
-    let loader = EpochLoader::<Inner, _, _>::new(
-        Arc::new(dataset),
-        Arc::new(SequenceBatcher { ignore_index: None }),
-        8,
-        Some(7),
-        dev(),
-    )
-    .with_buckets(Arc::new(|s: &SequenceItem| s.input.len()));
+    let make = || {
+        EpochLoader::<Inner, _, _>::new(
+            Arc::new(GeneratedDataset::new(item, 0, n)),
+            Arc::new(SequenceBatcher { ignore_index: None }),
+            8,
+            Some(7),
+            dev(),
+        )
+        .with_buckets(Arc::new(|s: &SequenceItem| s.input.len()))
+    };
+    let loader = make();
     // 34 + 33 + 33 items: 5 + 5 + 5 batches of at most 8
     assert_eq!(loader.batches_per_epoch(), 15);
 
@@ -310,6 +312,172 @@ fn length_buckets_batch_each_length_apart_and_cover_every_item_once() {
     assert_ne!(first, second, "two epochs in the same order");
     first.sort_unstable();
     assert_eq!(first, (0..n as i64).collect::<Vec<_>>());
+
+    // the steps of a multi-device epoch: the most batches any of the shares that Burn's
+    // strategies cut (`split_dataloader`) yields in an epoch
+    for shares in [2, 3, 7] {
+        let split = burn::data::dataloader::split::split_dataloader(
+            Arc::new(make()) as Arc<dyn DataLoader<Inner, _>>,
+            &vec![dev(); shares],
+        );
+        let most = split.iter().map(|s| s.iter().count()).max().unwrap();
+        assert_eq!(
+            loader.batches_per_epoch_in_shares(shares),
+            most,
+            "{shares} shares"
+        );
+    }
+}
+
+/// An optimizer that keeps every gradient it is given (flattened in visiting order) and leaves
+/// the model as it is.
+#[derive(Clone, Default)]
+struct GradientRecorder(std::sync::Arc<std::sync::Mutex<Vec<Vec<f32>>>>);
+
+struct FlattenGrads<'a>(&'a GradientsParams, Vec<f32>);
+
+impl ModuleVisitor<B> for FlattenGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let g = self
+            .0
+            .get::<Inner, D>(param.id)
+            .expect("a gradient per parameter");
+        self.1.extend(g.into_data().to_vec::<f32>().unwrap());
+    }
+}
+
+impl<M: AutodiffModule<B>> Optimizer<M, B> for GradientRecorder {
+    type Record = ();
+
+    fn step(&mut self, _lr: f64, module: M, grads: GradientsParams) -> M {
+        let mut flat = FlattenGrads(&grads, Vec::new());
+        module.visit(&mut flat);
+        self.0.lock().unwrap().push(flat.1);
+        module
+    }
+
+    fn step_multi(&mut self, _lr: f64, _module: M, _grads: burn::optim::MultiGradientsParams) -> M {
+        unreachable!("the runs here step on the main device")
+    }
+
+    fn to_record(&self) {}
+
+    fn load_record(self, _record: ()) -> Self {
+        self
+    }
+}
+
+/// Burn's multi-device strategy over two (CPU) devices, each with a batch of 8 sequences,
+/// hands the optimizer the gradient of one device on the 16 sequences together: the devices'
+/// gradients, each divided by the device count (`Threaded::with_replicas`), summed by Burn.
+/// Within 1e-5 of the largest gradient element (f32 sums in another order); without the
+/// division the gradient would be twice as large.
+#[test]
+fn a_two_device_step_has_the_gradient_of_both_batches() {
+    use burn::train::{
+        ExecutionStrategy, Learner, LearningComponentsMarker, MultiDeviceOptim, SupervisedTraining,
+    };
+    use mamba2_burn::data::loader::EpochLoader;
+    use mamba2_burn::train::{LmBatch, PlainProgress, SequenceBatcher, Threaded};
+    use std::sync::Arc;
+
+    let config = config(1, 1e-3);
+    let batcher = Arc::new(SequenceBatcher {
+        ignore_index: config.ignore_index,
+    });
+    let gradient = |devices: usize, threads: usize| -> Vec<f32> {
+        let _rng = common::seeded(5);
+        let model = config.model.init::<B>(&dev()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // 16 sequences in dataset order: one batch of 16, or one of 8 on each device
+        let train = EpochLoader::<B, _, LmBatch<B>>::new(
+            Arc::new(data(1, 16)),
+            batcher.clone(),
+            16 / devices,
+            None,
+            dev(),
+        );
+        let valid = EpochLoader::<Inner, _, LmBatch<Inner>>::new(
+            Arc::new(data(2, 4)),
+            batcher.clone(),
+            4,
+            None,
+            dev(),
+        );
+        let recorder = GradientRecorder::default();
+        type Components =
+            LearningComponentsMarker<B, f64, Threaded<B, Mamba2Lm<B>>, GradientRecorder>;
+        let mut training =
+            SupervisedTraining::<Components>::new(dir.path(), Arc::new(train), Arc::new(valid))
+                .num_epochs(1)
+                .renderer(PlainProgress::new(1));
+        if devices > 1 {
+            training = training.with_training_strategy(
+                ExecutionStrategy::multi(vec![dev(); devices], MultiDeviceOptim::OptimMainDevice)
+                    .into(),
+            );
+        }
+        let model = Threaded::new(model, threads).with_replicas(devices);
+        training.launch(Learner::new(model, recorder.clone(), 1e-3));
+        let mut steps = recorder.0.lock().unwrap().clone();
+        assert_eq!(steps.len(), 1, "one optimizer step");
+        steps.remove(0)
+    };
+    let one = gradient(1, 1);
+    // each device's batch spread over two threads as well
+    let two = gradient(2, 2);
+    assert_eq!(one.len(), two.len());
+    let largest = one.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+    let worst = one
+        .iter()
+        .zip(&two)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!("largest gradient element {largest:e}, largest difference {worst:e}");
+    assert!(largest > 0.0);
+    assert!(worst <= 1e-5 * largest, "{worst:e} against {largest:e}");
+}
+
+/// `train_lm` over two devices (Burn's multi-device strategy, batches of 8 on each) lowers the
+/// loss as the one-device run of batches of 16 does, writes its checkpoints, and an empty
+/// device list is an error that names it.
+#[test]
+fn a_two_device_run_learns() {
+    use mamba2_burn::train::TrainDevices;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(2, 5e-3);
+    config.run.batch_size = 8;
+    let _rng = common::seeded(config.run.seed);
+    let initial = config.model.init::<Inner>(&dev()).unwrap();
+    let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
+    let devices = TrainDevices::<B>::multi(vec![dev(), dev()]).unwrap();
+    let model = train_lm::<B, _, _>(
+        &config,
+        data(1, 64),
+        data(2, 32),
+        dir.path(),
+        false,
+        ProgressMode::Plain,
+        devices,
+    )
+    .unwrap();
+    let after = evaluate_lm(&model, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
+    eprintln!("two devices: loss {} -> {}", before.loss, after.loss);
+    assert!(
+        after.loss < before.loss - 0.1,
+        "loss did not fall: {} -> {}",
+        before.loss,
+        after.loss
+    );
+    assert!(dir.path().join("checkpoint/model-2.mpk").is_file());
+    assert!(matches!(
+        TrainDevices::<B>::multi(Vec::new()),
+        Err(Mamba2Error::InvalidInput {
+            name: "devices",
+            ..
+        })
+    ));
 }
 
 /// A batch of packed rows (items with document lengths) scores every document as if it were

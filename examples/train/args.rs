@@ -111,6 +111,14 @@ pub struct Args {
     /// cpu, wgpu (with the `wgpu` feature) or cuda (with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Devices to train on with Burn's multi-device strategy: GPUs 0 to N-1 on cuda and wgpu;
+    /// on cpu, N batches per step in parallel. --batch-size is then each device's batch.
+    #[arg(long, default_value_t = 1)]
+    pub devices: usize,
+    /// With --devices: Burn's distributed data parallel strategy (an all-reduce after each
+    /// backward pass) instead of its multi-device one; cuda, in a build with the `ddp` feature.
+    #[arg(long)]
+    pub ddp: bool,
     /// Threads each training step spreads its batch over (default: the available cores on
     /// cpu, 1 on cuda).
     #[arg(long)]

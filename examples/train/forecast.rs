@@ -6,7 +6,7 @@ use burn::data::dataset::Dataset;
 use mamba2_burn::data::timeseries::{ForecastData, Split, TimeSeries};
 use mamba2_burn::train::{
     direction_accuracy, evaluate_forecaster, train_forecaster, ForecastLoss,
-    ForecastTrainingConfig, RunConfig,
+    ForecastTrainingConfig, RunConfig, TrainDevices,
 };
 use mamba2_burn::SsdAutodiffBackend;
 use mamba2_burn::{ForecastHead, Mamba2ForecasterConfig};
@@ -90,8 +90,10 @@ fn market_data(_: &Args) -> Result<(ForecastData, String), Box<dyn std::error::E
 /// Trains a forecaster and prints its validation and test scores.
 pub fn run<B: SsdAutodiffBackend>(
     args: &Args,
-    device: B::Device,
+    devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    // the trained model comes back on the first device, where it is scored
+    let device = devices.devices()[0].clone();
     let start = Instant::now();
     let d = defaults(args.task, args.preset);
     let (data, describe) = windowed_data(args)?;
@@ -104,7 +106,12 @@ pub fn run<B: SsdAutodiffBackend>(
     let n_vars = data.train.n_inputs();
     let n_targets = data.train.n_targets();
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
-    let epochs = epochs_for(args, &d, data.train.len().div_ceil(batch_size.max(1)));
+    // a step takes one batch on every device
+    let steps_per_epoch = data
+        .train
+        .len()
+        .div_ceil(batch_size.max(1) * args.devices.max(1));
+    let epochs = epochs_for(args, &d, steps_per_epoch);
     // market windows: five features in, one return out, so the variables mix and RevIN is off;
     // market models stream tick by tick, so one token per step and the last-token head
     let patch_len = args
@@ -149,11 +156,12 @@ pub fn run<B: SsdAutodiffBackend>(
     let task_name = if market { "market" } else { "forecast" };
     let artifacts = artifacts_dir(args, task_name);
     println!(
-        "task {task_name} ({describe}); {} / {} / {} windows, {epochs} epochs, batch {batch_size} on {} threads; artifacts in {}",
+        "task {task_name} ({describe}); {} / {} / {} windows, {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
         data.train.len(),
         data.valid.len(),
         data.test.len(),
         config.run.step_threads,
+        args.devices,
         artifacts.display()
     );
     let model = train_forecaster::<B, _, _>(
@@ -163,7 +171,7 @@ pub fn run<B: SsdAutodiffBackend>(
         &artifacts,
         args.resume,
         progress_mode(args),
-        &device,
+        devices,
     )?;
     let val = evaluate_forecaster(&model, &data.valid, lookback, 256, &device)?;
     let test = evaluate_forecaster(&model, &data.test, lookback, 256, &device)?;

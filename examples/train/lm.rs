@@ -7,7 +7,7 @@ use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
 use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
-use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, RunConfig};
+use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, RunConfig, TrainDevices};
 use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
 
@@ -129,14 +129,20 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
 /// Trains on a token task and prints its held-out scores.
 pub fn run<B: SsdAutodiffBackend>(
     args: &Args,
-    device: B::Device,
+    devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    // the trained model comes back on the first device, where it is scored
+    let device = devices.devices()[0].clone();
     let start = Instant::now();
     let d = defaults(args.task, args.preset);
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
-    let steps_per_epoch = data.train.len().div_ceil(batch_size.max(1));
+    // a step takes one batch on every device
+    let steps_per_epoch = data
+        .train
+        .len()
+        .div_ceil(batch_size.max(1) * args.devices.max(1));
     let epochs = epochs_for(args, &d, steps_per_epoch);
     let model =
         Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab).with_pad_vocab_size_multiple(8);
@@ -152,10 +158,11 @@ pub fn run<B: SsdAutodiffBackend>(
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
     println!(
-        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size} on {} threads; artifacts in {}",
+        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
         data.describe,
         data.train.len(),
         config.run.step_threads,
+        args.devices,
         artifacts.display()
     );
 
@@ -175,7 +182,7 @@ pub fn run<B: SsdAutodiffBackend>(
         &artifacts,
         args.resume,
         progress,
-        &device,
+        devices,
     )?;
     let scores = evaluate_lm(
         &model,

@@ -84,6 +84,28 @@ impl<B: Backend, I, O> EpochLoader<B, I, O> {
         self.batches(0).len()
     }
 
+    /// The most batches per epoch of any of `shares` loaders cut from this one as Burn's
+    /// multi-device strategies cut it (`split_dataloader`: contiguous ranges of
+    /// `len / shares` items, the last one taking the rest); one share is
+    /// [`batches_per_epoch`](Self::batches_per_epoch). A multi-device step takes a batch of
+    /// every share that has one left, so this is the steps of an epoch.
+    pub fn batches_per_epoch_in_shares(&self, shares: usize) -> usize {
+        if shares <= 1 {
+            return self.batches_per_epoch();
+        }
+        let (start, end) = self.range;
+        let step = (end - start) / shares;
+        (0..shares)
+            .map(|i| {
+                let a = start + i * step;
+                let b = if i + 1 == shares { end } else { a + step };
+                self.with((a, b), self.device.clone(), self.epoch.clone())
+                    .batches_per_epoch()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The generator of an epoch's shuffles (`None` without a seed).
     fn rng(&self, epoch: usize) -> Option<StdRng> {
         self.seed.map(|seed| {

@@ -14,6 +14,7 @@ use burn::train::metric::LossMetric;
 
 use super::batch::{ForecastBatch, ForecastLoss, WindowBatcher};
 use super::config::{deprecated_run_builders, training_config_io, RunConfig};
+use super::devices::TrainDevices;
 use super::run::{best_valid_epoch, launch, ProgressMode, Run, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
 use crate::checkpoint::record::{load_module_record, save_config, save_record};
@@ -94,6 +95,8 @@ deprecated_run_builders!(ForecastTrainingConfig);
 /// there. With `patience` the run stops early once the validation loss stops improving; with
 /// `restore_best` the model returned and saved is the epoch with the lowest validation loss
 /// (whose checkpoint is kept besides the last two: [`KeepBestAndLast`]).
+///
+/// `devices` is one device (`&device`) or several, as for [`train_lm`](super::train_lm).
 pub fn train_forecaster<B, D, V>(
     config: &ForecastTrainingConfig,
     train: D,
@@ -101,7 +104,7 @@ pub fn train_forecaster<B, D, V>(
     artifacts: &Path,
     resume: bool,
     progress: ProgressMode,
-    device: &B::Device,
+    devices: impl Into<TrainDevices<B>>,
 ) -> crate::error::Result<Mamba2Forecaster<B::InnerBackend>>
 where
     B: SsdAutodiffBackend,
@@ -125,24 +128,33 @@ where
         progress,
     };
     let init = |device: &B::Device| config.model.init::<B>(device);
-    let mut model = launch(&run, config, init, data, device, |training, start_epoch| {
-        let retention = match start_epoch {
-            Some(epoch) => KeepBestAndLast::resumed(artifacts, epoch),
-            None => KeepBestAndLast::new(),
-        };
-        let training = training
-            .metric_train_numeric(LossMetric::new())
-            .metric_valid_numeric(LossMetric::new())
-            .with_checkpointing_strategy(retention);
-        match config.patience {
-            Some(patience) => training.early_stopping(ValidLossStopping::new(patience)),
-            None => training,
-        }
-    })?;
+    let devices = devices.into();
+    let device = devices.devices()[0].clone();
+    let mut model = launch(
+        &run,
+        config,
+        init,
+        data,
+        devices,
+        |training, start_epoch| {
+            let retention = match start_epoch {
+                Some(epoch) => KeepBestAndLast::resumed(artifacts, epoch),
+                None => KeepBestAndLast::new(),
+            };
+            let training = training
+                .metric_train_numeric(LossMetric::new())
+                .metric_valid_numeric(LossMetric::new())
+                .with_checkpointing_strategy(retention);
+            match config.patience {
+                Some(patience) => training.early_stopping(ValidLossStopping::new(patience)),
+                None => training,
+            }
+        },
+    )?;
     if config.restore_best {
         if let Some(epoch) = best_valid_epoch(artifacts, config.run.epochs) {
             let checkpoint = artifacts.join("checkpoint").join(format!("model-{epoch}"));
-            model = load_module_record(model, checkpoint, device)?;
+            model = load_module_record(model, checkpoint, &device)?;
         }
     }
     save_forecaster(&model, &config.model, artifacts.join("model"))?;

@@ -9,6 +9,7 @@ use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 
 use super::batch::{LmBatch, SequenceBatcher};
 use super::config::{deprecated_run_builders, training_config_io, RunConfig};
+use super::devices::TrainDevices;
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
 use crate::checkpoint::save_lm;
@@ -72,6 +73,10 @@ deprecated_run_builders!(LmTrainingConfig);
 ///
 /// A NaN or infinite loss stops the run before the bad update is applied, with
 /// [`Mamba2Error::NonFiniteLoss`] naming the step and the last good checkpoint.
+///
+/// `devices` is one device (`&device`) or several ([`TrainDevices::multi`], Burn's
+/// multi-device strategy: `batch_size` is then each device's batch, and a step averages the
+/// devices' gradients; [`TrainDevices`] says more). The model returned is on the first device.
 pub fn train_lm<B, D, V>(
     config: &LmTrainingConfig,
     train: D,
@@ -79,7 +84,7 @@ pub fn train_lm<B, D, V>(
     artifacts: &Path,
     resume: bool,
     progress: ProgressMode,
-    device: &B::Device,
+    devices: impl Into<TrainDevices<B>>,
 ) -> crate::error::Result<Mamba2Lm<B::InnerBackend>>
 where
     B: SsdAutodiffBackend,
@@ -117,7 +122,7 @@ where
         progress,
     };
     let init = |device: &B::Device| config.model.init::<B>(device);
-    let model = launch(&run, config, init, data, device, |training, _| {
+    let model = launch(&run, config, init, data, devices.into(), |training, _| {
         training
             .metric_train_numeric(LossMetric::new())
             .metric_valid_numeric(LossMetric::new())

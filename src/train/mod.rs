@@ -25,6 +25,7 @@
 
 mod batch;
 mod config;
+mod devices;
 mod forecast;
 mod lm;
 mod optim;
@@ -40,6 +41,7 @@ pub use batch::{
     ForecastBatch, ForecastLoss, LmBatch, RegressionBatch, SequenceBatcher, WindowBatcher,
 };
 pub use config::RunConfig;
+pub use devices::TrainDevices;
 pub use forecast::{
     direction_accuracy, evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster,
     ForecastScores, ForecastTrainingConfig,

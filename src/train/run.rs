@@ -16,6 +16,7 @@ use burn::train::metric::{ItemLazy, LearningRateMetric};
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
 
 use super::config::RunConfig;
+use super::devices::TrainDevices;
 use super::optim::{Mamba2Optimizer, NonFiniteGuard};
 use super::progress::PlainProgress;
 use super::schedule::WarmupCosineLr;
@@ -303,7 +304,7 @@ pub(crate) type RunComponents<B, M> =
 /// The one training run of this crate, for any of its models: checks the sizes, writes (or on
 /// resume compares) `config` as `config.json`, seeds the generator and builds the model with
 /// `init`, loads the data (shuffled per epoch from the seed, continuing at the resumed epoch),
-/// and launches Burn's `Learner` with the learning-rate metric, atomic checkpoints, plain or
+/// and launches Burn's `Learner` on `devices` (Burn's strategy for them) with the learning-rate metric, atomic checkpoints, plain or
 /// TUI progress, resume, the schedule over every step, the non-finite guard and the optimizer.
 /// `configure` adds the run's metrics (its loss among them: a metric reads the output type's
 /// synced form, which only the caller names) and strategies, given the resumed epoch. Returns
@@ -314,7 +315,7 @@ pub(crate) fn launch<B, M, C, I, D, V, T>(
     config: &C,
     init: impl FnOnce(&B::Device) -> crate::error::Result<M>,
     data: RunData<D, V, T, I>,
-    device: &B::Device,
+    devices: TrainDevices<B>,
     configure: impl FnOnce(
         SupervisedTraining<RunComponents<B, M>>,
         Option<usize>,
@@ -344,8 +345,20 @@ where
         run.artifacts,
         run.resume,
     )?;
+    let placement = devices.placement();
+    if !placement.threads_allowed && settings.step_threads > 1 {
+        return Err(Mamba2Error::config(
+            "step_threads",
+            format!(
+                "must be 1 with distributed data parallel training (one thread per device), got {}",
+                settings.step_threads
+            ),
+        ));
+    }
+    let device = &placement.main;
     B::seed(device, settings.seed);
-    let model = Threaded::new(init(device)?, settings.step_threads);
+    let model =
+        Threaded::new(init(device)?, settings.step_threads).with_replicas(placement.replicas);
     let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
         data.train,
         data.valid,
@@ -357,12 +370,13 @@ where
         data.bucket,
         device,
     );
-    let steps_per_epoch = dl_train.batches_per_epoch();
+    // optimizer steps: each takes one batch of every device's share of the training set
+    let steps_per_epoch = dl_train.batches_per_epoch_in_shares(placement.shares);
     let scheduler = WarmupCosineLr::from_fractions(
         settings.lr,
         settings.min_lr_ratio,
         settings.warmup_fraction,
-        steps_per_epoch * settings.epochs,
+        steps_per_epoch * placement.lr_steps_per_step * settings.epochs,
     );
     let mut training = SupervisedTraining::new(run.artifacts, dl_train, dl_valid)
         .metric_train_numeric(LearningRateMetric::new())
@@ -373,6 +387,9 @@ where
     }
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
+    }
+    if let Some(strategy) = placement.strategy {
+        training = training.with_training_strategy(strategy.into());
     }
     let training = configure(training, start_epoch);
     let guard = NonFiniteGuard::new(Some(training.interrupter()));

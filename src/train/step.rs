@@ -143,15 +143,47 @@ where
     B: AutodiffBackend,
     M: SupervisedModel<B> + AutodiffModule<B> + Send,
 {
-    let parts = M::split_batch(&batch, threads);
+    scaled_train_step(model, batch, threads, 1.0)
+}
+
+/// [`train_step`] with the gradient multiplied by `grad_scale` (the loss it reports is the
+/// batch's own): a device's share of the mean over the devices of a multi-device step.
+pub(crate) fn scaled_train_step<B, M>(
+    model: &M,
+    batch: M::Batch,
+    threads: usize,
+    grad_scale: f64,
+) -> TrainOutput<M::Output>
+where
+    B: AutodiffBackend,
+    M: SupervisedModel<B> + AutodiffModule<B> + Send,
+{
+    let unscaled = grad_scale == 1.0;
+    let scaled = |loss: Tensor<B, 1>| {
+        if unscaled {
+            loss
+        } else {
+            loss.mul_scalar(grad_scale)
+        }
+    };
+    let mut parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
         let output = model.batch_output(&batch);
-        return TrainOutput::new(model, output.loss().backward(), output);
+        return TrainOutput::new(model, scaled(output.loss()).backward(), output);
+    }
+    for part in &mut parts {
+        part.weight *= grad_scale;
     }
     let (grads, loss, outputs) = parallel_backward(model, parts, |model, part| {
         let output = model.batch_output(&part);
         (output.loss(), output)
     });
+    // the parts' weights carried the scale: the batch's loss is reported without it
+    let loss = if unscaled {
+        loss
+    } else {
+        loss.div_scalar(grad_scale)
+    };
     TrainOutput {
         grads,
         item: M::Output::merge(loss, outputs),

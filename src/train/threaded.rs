@@ -10,7 +10,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
-use super::step::{inference_step, train_step, SupervisedModel};
+use super::step::{inference_step, scaled_train_step, SupervisedModel};
 
 /// A model whose training and validation steps spread each batch over `threads` threads:
 /// the batch is cut into that many row slices that run forward (and backward) in parallel,
@@ -45,6 +45,7 @@ pub struct Threaded<B: Backend, M> {
     /// The model.
     pub model: M,
     threads: usize,
+    replicas: usize,
     _backend: PhantomData<B>,
 }
 
@@ -54,8 +55,19 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
         Self {
             model,
             threads: threads.max(1),
+            replicas: 1,
             _backend: PhantomData,
         }
+    }
+
+    /// For Burn's multi-device strategy over `replicas` devices (values below 1 count as 1):
+    /// each training step's gradient is divided by `replicas`. That strategy sums the
+    /// devices' gradients, so the optimizer gets their mean: for batches of equal size (and
+    /// equal numbers of scored positions), the gradient of one device on all of them together.
+    /// The loss a step reports is its batch's own. Default: 1.
+    pub fn with_replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas.max(1);
+        self
     }
 
     /// The threads each step spreads its batch over.
@@ -63,14 +75,20 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
         self.threads
     }
 
+    /// The devices whose gradients a step's gradient is averaged with (see
+    /// [`with_replicas`](Self::with_replicas)).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
     /// The model.
     pub fn into_inner(self) -> M {
         self.model
     }
 
-    /// `f` of the model, with the same thread count.
+    /// `f` of the model, with the same threads and replicas.
     fn map_model<B2: Backend, M2: Module<B2>>(self, f: impl FnOnce(M) -> M2) -> Threaded<B2, M2> {
-        Threaded::new(f(self.model), self.threads)
+        Threaded::new(f(self.model), self.threads).with_replicas(self.replicas)
     }
 }
 
@@ -112,7 +130,7 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> AutodiffModule<B> for Threaded<B,
     type InnerModule = Threaded<B::InnerBackend, M::InnerModule>;
 
     fn valid(&self) -> Self::InnerModule {
-        Threaded::new(self.model.valid(), self.threads)
+        Threaded::new(self.model.valid(), self.threads).with_replicas(self.replicas)
     }
 
     fn from_inner(module: Self::InnerModule) -> Self {
@@ -158,7 +176,7 @@ where
     type Output = M::Output;
 
     fn step(&self, batch: M::Batch) -> TrainOutput<M::Output> {
-        train_step(&self.model, batch, self.threads)
+        scaled_train_step(&self.model, batch, self.threads, 1.0 / self.replicas as f64)
     }
 }
 
