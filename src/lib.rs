@@ -79,4 +79,4 @@ pub use models::lm::*;
 pub use models::regressor::*;
 #[allow(deprecated)]
 pub use ssd::backend::SsdInputs;
-pub use ssd::backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};
+pub use ssd::backend::{ProjectionGrads, SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};

@@ -13,6 +13,8 @@ use burn::tensor::{Shape, Tensor, TensorMetadata};
 
 use super::backend::{float, primitive, tensor_ops, SsdBackend, SsdPrimitives};
 use crate::precision::{cast_to, compute_dtype};
+use burn::tensor::ops::ModuleOps;
+use burn::tensor::DType;
 
 /// The backward of the fused scan over `N` differentiable inputs: x, dt, a, B, C and, when
 /// given, the initial state.
@@ -81,7 +83,89 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for SsdBackward {
     }
 }
 
+/// The backward of a fused projection over `N` differentiable inputs: x, the weight and, when
+/// given, the bias.
+#[derive(Debug)]
+struct ProjectionBackward;
+
+/// What a projection's backward keeps: its two matrix operands (the products need both) and
+/// the bias's type.
+#[derive(Debug, Clone)]
+struct ProjectionState<B: SsdBackend> {
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<DType>,
+}
+
+impl<B: SsdBackend, const N: usize> Backward<B, N> for ProjectionBackward {
+    type State = ProjectionState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, N>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let grad = grads.consume::<B>(&ops.node);
+        let state = ops.state;
+        let g = B::projection_backward(state.x, state.weight, state.bias.is_some(), grad);
+        let mut each = vec![g.x, g.weight];
+        if let (Some(db), Some(dtype)) = (g.bias, state.bias) {
+            each.push(if db.dtype() == dtype {
+                db
+            } else {
+                B::float_cast(db, dtype.into())
+            });
+        }
+        for (parent, grad) in ops.parents.iter().zip(each) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+/// The fused projection of `inputs` (x, weight and maybe the bias) as one autodiff node.
+fn projection_node<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+) -> FloatTensor<Autodiff<B, C>> {
+    let nodes = inputs.each_ref().map(|t| t.node.clone());
+    let (x, weight) = (inputs[0].primitive.clone(), inputs[1].primitive.clone());
+    let bias = inputs.get(2).map(|b| b.primitive.clone());
+    let bias_type = bias.as_ref().map(|b| b.dtype());
+    let y = B::projection(x.clone(), weight.clone(), bias);
+    match ProjectionBackward
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(
+            ProjectionState {
+                x,
+                weight,
+                bias: bias_type,
+            },
+            y,
+        ),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
 impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
+    fn projection(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        if !B::has_fused_projection(x.dtype()) {
+            return <Self as ModuleOps<Self>>::linear(x, weight, bias);
+        }
+        match bias {
+            Some(bias) => projection_node::<B, C, 3>([x, weight, bias]),
+            None => projection_node::<B, C, 2>([x, weight]),
+        }
+    }
+
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let dtype = inputs.x.dtype();
         if !B::has_fused_ssd(dtype, inputs.chunk_size) {

@@ -155,6 +155,54 @@ pub trait SsdBackend: Backend {
         let _ = (inputs, grad_y, grad_state);
         panic!("this backend has no fused SSD gradient (SsdBackend::has_fused_ssd is false)")
     }
+
+    /// The layer's projections (`in_proj`'s pieces, `out_proj`): `x · weight (+ bias)`, Burn's
+    /// `linear` on a matrix. The default is the backend's own `linear`; NdArray runs it (and
+    /// its gradient, [`SsdBackend::projection_backward`]) as `gemm` products on the slices,
+    /// read in place, so that a project on stock burn-ndarray gets the same products as this
+    /// repository.
+    ///
+    /// # Shapes
+    /// - x `[m, k]`, weight `[k, n]`, bias `[n]`; returns `[m, n]`
+    fn projection(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        Self::linear(x, weight, bias)
+    }
+
+    /// Whether this backend runs [`SsdBackend::projection`] with a gradient of its own
+    /// ([`SsdBackend::projection_backward`]) for inputs of type `dtype`. When it does not,
+    /// autodiff differentiates the backend's `linear`.
+    fn has_fused_projection(dtype: DType) -> bool {
+        let _ = dtype;
+        false
+    }
+
+    /// The gradients of [`SsdBackend::projection`]'s inputs from its output's, `grad` `[m, n]`
+    /// (that of the bias when `bias` says there is one). Called only where
+    /// [`SsdBackend::has_fused_projection`] holds.
+    fn projection_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: bool,
+        grad: FloatTensor<Self>,
+    ) -> ProjectionGrads<Self> {
+        let _ = (x, weight, bias, grad);
+        panic!("this backend has no fused projection gradient (has_fused_projection is false)")
+    }
+}
+
+/// The gradients of [`SsdBackend::projection`]'s inputs, each in its input's shape and type.
+#[derive(Debug)]
+pub struct ProjectionGrads<B: Backend> {
+    /// The gradient of `x`, `[m, k]`.
+    pub x: FloatTensor<B>,
+    /// The gradient of the weight, `[k, n]`.
+    pub weight: FloatTensor<B>,
+    /// The gradient of the bias, `[n]`, when there is one.
+    pub bias: Option<FloatTensor<B>>,
 }
 
 /// [`ssd_chunked_tensor_ops`] on primitives: the default [`SsdBackend::ssd_chunked`].

@@ -81,12 +81,32 @@ pub fn ssd_chunked<B: SsdBackend>(input: SsdInput<B>) -> (Tensor<B, 4>, Tensor<B
     (backend::float(y), backend::float(state))
 }
 
+/// `x · weight (+ bias)` through [`SsdBackend::projection`] (Burn's `linear` when the fused
+/// kernels are off, [`set_fused_kernels`]).
+///
+/// # Shapes
+/// - x `[m, k]`, weight `[k, n]`, bias `[n]`; returns `[m, n]`
+pub fn projection<B: SsdBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
+    if !fused_kernels() {
+        return burn::tensor::module::linear(x, weight, bias);
+    }
+    backend::float(B::projection(
+        backend::primitive(x),
+        backend::primitive(weight),
+        bias.map(backend::primitive),
+    ))
+}
+
 /// Whether [`ssd_chunked`] runs the backends' fused kernels; see [`set_fused_kernels`].
 static FUSED_KERNELS: AtomicBool = AtomicBool::new(true);
 
 /// Turns the backends' fused SSD kernels on (the default) or off, for the whole process: off,
 /// [`ssd_chunked`] (and so every model's forward) runs [`ssd_chunked_tensor_ops`] on every
-/// backend. For comparing the two and for debugging: they agree to rounding (`f32`: 1e-5
+/// backend, and [`projection`] Burn's `linear`. For comparing the two and for debugging: they agree to rounding (`f32`: 1e-5
 /// relative in the tests).
 pub fn set_fused_kernels(enabled: bool) {
     FUSED_KERNELS.store(enabled, Ordering::Relaxed);

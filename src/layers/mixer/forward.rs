@@ -10,7 +10,7 @@ use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat, upcast};
 use crate::ssd::backend::SsdBackend;
 use crate::ssd::recurrence::ssd_step;
-use crate::ssd::{ssd_chunked, SsdInput};
+use crate::ssd::{projection, ssd_chunked, SsdInput};
 
 /// The pieces of the in_proj output, before the convolution.
 ///
@@ -121,9 +121,16 @@ impl<B: Backend> Mamba2<B> {
             .document_starts(documents.map(Documents::starts));
         let (y, ssm_state) = ssd_chunked(input);
         let y = y + xs * self.d_skip().unsqueeze::<4>();
-        let y = self.gate_and_project(y.reshape([b, l, self.d_inner]), z);
+        // one product over all tokens rather than one per batch row
+        let gated = self.gate(y.reshape([b, l, self.d_inner]), z);
+        let out_proj = &self.out_proj;
+        let y = projection(
+            gated.reshape([b * l, self.d_inner]),
+            out_proj.weight.val(),
+            out_proj.bias.as_ref().map(|b| b.val()),
+        );
         Ok((
-            y,
+            y.reshape([b, l, self.d_model]),
             Mamba2State {
                 conv: conv_state,
                 ssm: ssm_state,
@@ -186,9 +193,10 @@ impl<B: Backend> Mamba2<B> {
 
         let (y, ssm_state) = ssd_step(xs.clone(), dt, self.a(), b_mat, c_mat, state.ssm);
         let y = y + xs * self.d_skip().unsqueeze::<3>();
-        let y = self.gate_and_project(y.reshape([b, 1, self.d_inner]), z.unsqueeze_dim::<3>(1));
+        let gated = self.gate(y.reshape([b, 1, self.d_inner]), z.unsqueeze_dim::<3>(1));
+        let y = self.out_proj.forward(gated.reshape([b, self.d_inner]));
         Ok((
-            y.reshape([b, self.d_model]),
+            y,
             Mamba2State {
                 conv: window,
                 ssm: ssm_state,
@@ -202,7 +210,10 @@ impl<B: Backend> Mamba2<B> {
     ///
     /// # Shapes
     /// - x: `[t, d_model]` for `t` tokens; returns the pieces (see [`Projected`])
-    fn project(&self, x: Tensor<B, 2>) -> Projected<B> {
+    fn project(&self, x: Tensor<B, 2>) -> Projected<B>
+    where
+        B: SsdBackend,
+    {
         let weight = self.in_proj.weight.val(); // [d_model, d_in_proj]
         let bias = self.in_proj.bias.as_ref().map(|b| b.val());
         let piece = |start: usize, len: usize| {
@@ -215,11 +226,7 @@ impl<B: Backend> Mamba2<B> {
             } else {
                 w
             };
-            burn::tensor::module::linear(
-                x.clone(),
-                w,
-                bias.clone().map(|b| b.narrow(0, start, len)),
-            )
+            projection(x.clone(), w, bias.clone().map(|b| b.narrow(0, start, len)))
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         Projected {
@@ -260,20 +267,15 @@ impl<B: Backend> Mamba2<B> {
         }
     }
 
-    /// Gated RMSNorm (or the plain gate), then out_proj.
+    /// Gated RMSNorm (or the plain gate), before out_proj.
     ///
     /// # Shapes
-    /// - y, z: `[b, l, d_inner]`; returns `[b, l, d_model]`
-    fn gate_and_project(&self, y: Tensor<B, 3>, z: Tensor<B, 3>) -> Tensor<B, 3> {
+    /// - y, z: `[b, l, d_inner]`; returns `[b, l, d_inner]`
+    fn gate(&self, y: Tensor<B, 3>, z: Tensor<B, 3>) -> Tensor<B, 3> {
         let y = cast_to(y, z.dtype());
-        let y = match &self.norm {
+        match &self.norm {
             Some(norm) => norm.forward(y, z),
             None => y * silu(z),
-        };
-        // one product over all tokens rather than one per batch row
-        let [b, l, d] = y.dims();
-        self.out_proj
-            .forward(y.reshape([b * l, d]))
-            .reshape([b, l, self.d_model])
+        }
     }
 }

@@ -25,15 +25,16 @@ mod forward;
 mod host;
 mod layout;
 mod matmul;
+mod projection;
 
 use burn::backend::ndarray::NdArrayTensor;
 use burn::tensor::backend::{Backend, BackendTypes};
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, ModuleOps};
 use burn::tensor::{DType, TensorMetadata};
 use ndarray::{CowArray, Ix1, Ix2, Ix3, Ix4};
 use rayon::prelude::*;
 
-use super::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
+use super::backend::{tensor_ops, ProjectionGrads, SsdBackend, SsdGrads, SsdPrimitives};
 use host::{slice, values, HostFloat};
 use layout::{Dims, Inputs, Task};
 use matmul::Real;
@@ -268,6 +269,77 @@ fn backward<B: NdArrayBackend, E: HostFloat>(
     }
 }
 
+/// A projection's sizes `[m, k, n]` after checking its shapes; panics naming the tensor that
+/// does not fit (the mixer builds them consistently).
+fn projection_dims<B: Backend>(
+    x: &FloatTensor<B>,
+    weight: &FloatTensor<B>,
+    bias: Option<&FloatTensor<B>>,
+) -> [usize; 3] {
+    let (xs, ws) = (x.shape().to_vec(), weight.shape().to_vec());
+    let [m, k] = <[usize; 2]>::try_from(xs.as_slice())
+        .unwrap_or_else(|_| panic!("projection: x must be [m, k], got {xs:?}"));
+    let [kw, n] = <[usize; 2]>::try_from(ws.as_slice())
+        .unwrap_or_else(|_| panic!("projection: the weight must be [k, n], got {ws:?}"));
+    assert!(
+        kw == k,
+        "projection: a weight of shape {ws:?} does not take x of shape {xs:?}"
+    );
+    if let Some(b) = bias {
+        let bs = b.shape().to_vec();
+        assert!(
+            bs == [n],
+            "projection: the bias must be [{n}] for a weight {ws:?}, got {bs:?}"
+        );
+    }
+    [m, k, n]
+}
+
+/// [`projection::forward`] on tensors, in `E`; the output of `x`'s type.
+fn project<B: NdArrayBackend, E: HostFloat>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let dims = projection_dims::<B>(&x, &weight, bias.as_ref());
+    let dtype = x.dtype();
+    let (x, weight) = (typed::<B>(x, E::dtype()), typed::<B>(weight, E::dtype()));
+    let bias = bias.map(|b| typed::<B>(b, E::dtype()));
+    let (xv, wv) = (values::<E, Ix2>(&x), values::<E, Ix2>(&weight));
+    let bv = bias.as_ref().map(values::<E, Ix1>);
+    let y = projection::forward(slice(&xv), slice(&wv), bv.as_ref().map(slice), dims);
+    typed::<B>(E::tensor(y, &[dims[0], dims[2]]), dtype)
+}
+
+/// [`projection::backward`] on tensors, in `E`; each gradient of its input's type.
+fn project_backward<B: NdArrayBackend, E: HostFloat>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: bool,
+    grad: FloatTensor<B>,
+) -> ProjectionGrads<B> {
+    let [m, k, n] = projection_dims::<B>(&x, &weight, None);
+    let grad_shape = grad.shape().to_vec();
+    assert!(
+        grad_shape == [m, n],
+        "projection: the output's gradient must be [{m}, {n}], got {grad_shape:?}"
+    );
+    let (x_type, w_type) = (x.dtype(), weight.dtype());
+    let (x, weight) = (typed::<B>(x, E::dtype()), typed::<B>(weight, E::dtype()));
+    let grad = typed::<B>(grad, E::dtype());
+    let (xv, wv, gv) = (
+        values::<E, Ix2>(&x),
+        values::<E, Ix2>(&weight),
+        values::<E, Ix2>(&grad),
+    );
+    let (dx, dw, db) = projection::backward(slice(&xv), slice(&wv), slice(&gv), bias, [m, k, n]);
+    ProjectionGrads {
+        x: typed::<B>(E::tensor(dx, &[m, k]), x_type),
+        weight: typed::<B>(E::tensor(dw, &[k, n]), w_type),
+        bias: db.map(|db| typed::<B>(E::tensor(db, &[n]), w_type)),
+    }
+}
+
 impl<E, I, Q> SsdBackend for burn::backend::NdArray<E, I, Q>
 where
     E: burn::backend::ndarray::FloatNdArrayElement,
@@ -298,6 +370,34 @@ where
             _ => backward::<Self, f32>(inputs, grad_y, grad_state),
         }
     }
+
+    fn projection(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        match x.dtype() {
+            DType::F32 => project::<Self, f32>(x, weight, bias),
+            DType::F64 => project::<Self, f64>(x, weight, bias),
+            _ => <Self as ModuleOps<Self>>::linear(x, weight, bias),
+        }
+    }
+
+    fn has_fused_projection(dtype: DType) -> bool {
+        runs(dtype)
+    }
+
+    fn projection_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: bool,
+        grad: FloatTensor<Self>,
+    ) -> ProjectionGrads<Self> {
+        match x.dtype() {
+            DType::F64 => project_backward::<Self, f64>(x, weight, bias, grad),
+            _ => project_backward::<Self, f32>(x, weight, bias, grad),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -305,6 +405,8 @@ mod tests {
     use burn::backend::{Autodiff, NdArray};
     use burn::tensor::{DType, Tensor};
     use rand::{rngs::StdRng, SeedableRng};
+
+    use burn::backend::ndarray::NdArrayTensor;
 
     use crate::ssd::backend::SsdBackend;
     use crate::ssd::chunked::tests::uniform;
@@ -360,5 +462,78 @@ mod tests {
         let dt_copy = Tensor::<NdArray, 3>::from_data(dt.to_data(), &device);
         let copies = run(copy(x), dt_copy, copy(b_mat), copy(c_mat), copy(init));
         assert_eq!(views, copies);
+    }
+
+    /// The fused projection and its gradients against Burn's `linear` under autodiff, with the
+    /// operands in other layouts (a column slice of a wider weight, as the mixer's pieces are,
+    /// and a transposed `x`), with and without a bias; `f32` within 1e-5 of the largest value
+    /// (sums in another order), `f64` within 1e-12.
+    fn projection_matches_linear<E: burn::backend::ndarray::FloatNdArrayElement>(tolerance: f64)
+    where
+        NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+    {
+        use crate::ssd::backend::{float, primitive};
+        type A<E> = Autodiff<NdArray<E>>;
+        let device = Default::default();
+        let mut rng = StdRng::seed_from_u64(9);
+        // values drawn in f32, cast to E (the device's default float type is f32 in this
+        // process: the other tests' tensors fix it)
+        let dtype = <E as burn::tensor::Element>::dtype();
+        let mut draw =
+            |shape: [usize; 2]| uniform::<A<E>, 2>(&mut rng, shape, -1.0..1.0, &device).cast(dtype);
+        for (m, k, n, with_bias) in [(70, 48, 33, true), (5, 7, 1, false), (1, 3, 9, true)] {
+            let wide = draw([k, n + 5]).require_grad();
+            let x_t = draw([k, m]).require_grad();
+            let bias = draw([1, n + 5]).reshape([n + 5]).require_grad();
+            let weigh = draw([m, n]);
+            assert_eq!(x_t.dtype(), dtype);
+            let run = |fused: bool| {
+                let (x, w) = (x_t.clone().transpose(), wide.clone().narrow(1, 2, n));
+                let b = with_bias.then(|| bias.clone().narrow(0, 2, n));
+                let y: Tensor<A<E>, 2> = if fused {
+                    float(<A<E>>::projection(
+                        primitive(x),
+                        primitive(w),
+                        b.map(primitive),
+                    ))
+                } else {
+                    burn::tensor::module::linear(x, w, b)
+                };
+                let grads = (y.clone() * weigh.clone()).sum().backward();
+                let mut out = vec![y.inner().into_data(), x_t.grad(&grads).unwrap().into_data()];
+                out.push(wide.grad(&grads).unwrap().into_data());
+                if with_bias {
+                    out.push(bias.grad(&grads).unwrap().into_data());
+                }
+                out
+            };
+            for (name, (got, want)) in ["y", "dx", "dw", "db"]
+                .into_iter()
+                .zip(run(true).into_iter().zip(run(false)))
+            {
+                let (got, want) = (
+                    got.convert::<f64>().to_vec::<f64>().unwrap(),
+                    want.convert::<f64>().to_vec::<f64>().unwrap(),
+                );
+                assert_eq!(got.len(), want.len(), "{name}");
+                let scale = want.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .fold(0.0f64, |a, (g, w)| a.max((g - w).abs()));
+                assert!(
+                    worst <= tolerance * scale,
+                    "{name} of {m}×{k}×{n}: off by {worst:e} of {scale:e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn projections_match_linear_in_f32_and_f64() {
+        assert!(NdArray::<f32>::has_fused_projection(DType::F32));
+        assert!(!NdArray::<f32>::has_fused_projection(DType::F16));
+        projection_matches_linear::<f32>(1e-5);
+        projection_matches_linear::<f64>(1e-12);
     }
 }
