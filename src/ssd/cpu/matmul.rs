@@ -159,6 +159,19 @@ pub(crate) fn matmul<E: Real>(
     rhs: Mat<'_, E>,
     accumulate: bool,
 ) {
+    matmul_on(dst, lhs, rhs, accumulate, 1);
+}
+
+/// [`matmul`] on up to `threads` of rayon's threads (`gemm` splits the product and packs each
+/// operand once); one thread below about 2 million multiply-adds, where splitting costs more
+/// than it saves.
+pub(crate) fn matmul_on<E: Real>(
+    dst: MatMut<'_, E>,
+    lhs: Mat<'_, E>,
+    rhs: Mat<'_, E>,
+    accumulate: bool,
+    threads: usize,
+) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert!(
         rhs.rows == k && dst.rows == m && dst.cols == n,
@@ -180,6 +193,11 @@ pub(crate) fn matmul<E: Real>(
         return;
     }
     let stride = |s: usize| isize::try_from(s).expect("a stride below isize::MAX");
+    let parallelism = if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= 1 << 21 {
+        ::gemm::Parallelism::Rayon(threads)
+    } else {
+        ::gemm::Parallelism::None
+    };
     // SAFETY: the three views were checked to lie within their slices (`Mat::new`,
     // `MatMut::rows`) with the extents and strides passed here; `dst` is borrowed mutably, so it
     // overlaps neither operand; gemm reads `lhs` and `rhs` and writes only `dst`'s m × n
@@ -204,7 +222,7 @@ pub(crate) fn matmul<E: Real>(
             false,
             false,
             false,
-            ::gemm::Parallelism::None,
+            parallelism,
         );
     }
 }

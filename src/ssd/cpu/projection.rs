@@ -1,5 +1,5 @@
-//! The layer's projections on burn-ndarray, `y = x · W (+ b)`, and their gradient: `gemm`
-//! products over blocks of rows on rayon's threads, the operands read in place ([`host`]).
+//! The layer's projections on burn-ndarray, `y = x · W (+ b)`, and their gradient: one `gemm`
+//! product each, split by `gemm` over rayon's threads, the operands read in place ([`host`]).
 //!
 //! Why here and not burn-ndarray's `matmul`: the published burn-ndarray 0.21.0 multiplies
 //! through `matrixmultiply` and copies every operand into a fresh standard-layout array first
@@ -9,16 +9,8 @@
 //!
 //! [`host`]: super::host
 
-use rayon::prelude::*;
-
 use super::host::HostFloat;
-use super::matmul::{matmul, Mat, MatMut};
-
-/// Rows of one block: every thread gets about two blocks, of at least 32 rows (below that a
-/// block's product costs less than handing it to a thread).
-fn block_rows(rows: usize) -> usize {
-    rows.div_ceil(2 * rayon::current_num_threads()).max(32)
-}
+use super::matmul::{matmul_on, Mat, MatMut};
 
 /// `x · w (+ bias)`: `[m, n]` from x `[m, k]`, w `[k, n]` and bias `[n]`, all row-major.
 pub(super) fn forward<E: HostFloat>(
@@ -33,21 +25,19 @@ pub(super) fn forward<E: HostFloat>(
             row.copy_from_slice(bias);
         }
     }
-    let rows = block_rows(m);
-    let w = Mat::rows(w, 0, [k, n], n);
-    y.par_chunks_mut((rows * n).max(1))
-        .enumerate()
-        .for_each(|(i, block)| {
-            let r = block.len() / n.max(1);
-            let x = Mat::rows(x, i * rows * k, [r, k], k);
-            matmul(MatMut::rows(block, 0, [r, n], n), x, w, bias.is_some());
-        });
+    matmul_on(
+        MatMut::rows(&mut y, 0, [m, n], n),
+        Mat::rows(x, 0, [m, k], k),
+        Mat::rows(w, 0, [k, n], n),
+        bias.is_some(),
+        rayon::current_num_threads(),
+    );
     y
 }
 
 /// The gradients of [`forward`]'s inputs from `dy` `[m, n]`: `dx = dy · wᵀ` `[m, k]`,
-/// `dw = xᵀ · dy` `[k, n]` (blocks of `k`, each summed over all `m` rows in one product) and,
-/// when `bias`, `db` `[n]`, the column sums of `dy` in row order.
+/// `dw = xᵀ · dy` `[k, n]` (transposed operands read through their strides) and, when `bias`,
+/// `db` `[n]`, the column sums of `dy` in row order.
 pub(super) fn backward<E: HostFloat>(
     x: &[E],
     w: &[E],
@@ -55,31 +45,24 @@ pub(super) fn backward<E: HostFloat>(
     bias: bool,
     [m, k, n]: [usize; 3],
 ) -> (Vec<E>, Vec<E>, Option<Vec<E>>) {
+    let threads = rayon::current_num_threads();
+    let dy_mat = Mat::rows(dy, 0, [m, n], n);
     let mut dx = vec![E::ZERO; m * k];
-    let rows = block_rows(m);
-    let wt = Mat::rows(w, 0, [k, n], n).t();
-    dx.par_chunks_mut((rows * k).max(1))
-        .enumerate()
-        .for_each(|(i, block)| {
-            let r = block.len() / k.max(1);
-            let dy = Mat::rows(dy, i * rows * n, [r, n], n);
-            matmul(MatMut::rows(block, 0, [r, k], k), dy, wt, false);
-        });
+    matmul_on(
+        MatMut::rows(&mut dx, 0, [m, k], k),
+        dy_mat,
+        Mat::rows(w, 0, [k, n], n).t(),
+        false,
+        threads,
+    );
     let mut dw = vec![E::ZERO; k * n];
-    if m == 0 {
-        // no rows: zero gradients (and x has no columns to view)
-        return (dx, dw, bias.then(|| vec![E::ZERO; n]));
-    }
-    let cols = block_rows(k);
-    let dy_all = Mat::rows(dy, 0, [m, n], n);
-    dw.par_chunks_mut((cols * n).max(1))
-        .enumerate()
-        .for_each(|(i, block)| {
-            let r = block.len() / n.max(1);
-            // rows i·cols .. of xᵀ: columns of x, read in place with x's row stride
-            let xt = Mat::new(x, i * cols, [r, m], [1, k]);
-            matmul(MatMut::rows(block, 0, [r, n], n), xt, dy_all, false);
-        });
+    matmul_on(
+        MatMut::rows(&mut dw, 0, [k, n], n),
+        Mat::rows(x, 0, [m, k], k).t(),
+        dy_mat,
+        false,
+        threads,
+    );
     let db = bias.then(|| {
         let mut db = vec![E::ZERO; n];
         for row in dy.chunks(n.max(1)) {
