@@ -18,7 +18,7 @@ use crate::error::Mamba2Error;
 ///   mean of their gradients (see [`Threaded::with_replicas`](super::Threaded::with_replicas)),
 ///   so that a step over two devices' batches of equal size has the gradient of one device on
 ///   both batches together. Validation and checkpoints run on the first device.
-/// - [`TrainDevices::ddp`] (feature `ddp`): Burn's distributed data parallel strategy, one
+/// - `TrainDevices::ddp` (feature `ddp`): Burn's distributed data parallel strategy, one
 ///   model per device whose gradients are averaged by an all-reduce after each backward pass;
 ///   for backends with collective operations (CUDA through NCCL).
 ///
