@@ -9,12 +9,11 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, Tensor, TensorMetadata};
+use burn::tensor::ops::ModuleOps;
+use burn::tensor::{DType, Shape, Tensor, TensorMetadata};
 
 use super::backend::{float, primitive, tensor_ops, SsdBackend, SsdPrimitives};
 use crate::precision::{cast_to, compute_dtype};
-use burn::tensor::ops::ModuleOps;
-use burn::tensor::DType;
 
 /// The backward of the fused scan over `N` differentiable inputs: x, dt, a, B, C and, when
 /// given, the initial state.
@@ -108,15 +107,9 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for ProjectionBackward {
     ) {
         let grad = grads.consume::<B>(&ops.node);
         let state = ops.state;
-        let g = B::projection_backward(state.x, state.weight, state.bias.is_some(), grad);
+        let g = B::projection_backward(state.x, state.weight, state.bias, grad);
         let mut each = vec![g.x, g.weight];
-        if let (Some(db), Some(dtype)) = (g.bias, state.bias) {
-            each.push(if db.dtype() == dtype {
-                db
-            } else {
-                B::float_cast(db, dtype.into())
-            });
-        }
+        each.extend(g.bias);
         for (parent, grad) in ops.parents.iter().zip(each) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);

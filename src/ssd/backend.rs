@@ -180,13 +180,13 @@ pub trait SsdBackend: Backend {
         false
     }
 
-    /// The gradients of [`SsdBackend::projection`]'s inputs from its output's, `grad` `[m, n]`
-    /// (that of the bias when `bias` says there is one). Called only where
-    /// [`SsdBackend::has_fused_projection`] holds.
+    /// The gradients of [`SsdBackend::projection`]'s inputs from its output's, `grad` `[m, n]`;
+    /// `bias` is the bias's type when there is one (its gradient comes in that type). Called
+    /// only where [`SsdBackend::has_fused_projection`] holds.
     fn projection_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
-        bias: bool,
+        bias: Option<DType>,
         grad: FloatTensor<Self>,
     ) -> ProjectionGrads<Self> {
         let _ = (x, weight, bias, grad);

@@ -315,7 +315,7 @@ fn project<B: NdArrayBackend, E: HostFloat>(
 fn project_backward<B: NdArrayBackend, E: HostFloat>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
-    bias: bool,
+    bias: Option<DType>,
     grad: FloatTensor<B>,
 ) -> ProjectionGrads<B> {
     let [m, k, n] = projection_dims::<B>(&x, &weight, None);
@@ -332,11 +332,19 @@ fn project_backward<B: NdArrayBackend, E: HostFloat>(
         values::<E, Ix2>(&weight),
         values::<E, Ix2>(&grad),
     );
-    let (dx, dw, db) = projection::backward(slice(&xv), slice(&wv), slice(&gv), bias, [m, k, n]);
+    let (dx, dw, db) = projection::backward(
+        slice(&xv),
+        slice(&wv),
+        slice(&gv),
+        bias.is_some(),
+        [m, k, n],
+    );
     ProjectionGrads {
         x: typed::<B>(E::tensor(dx, &[m, k]), x_type),
         weight: typed::<B>(E::tensor(dw, &[k, n]), w_type),
-        bias: db.map(|db| typed::<B>(E::tensor(db, &[n]), w_type)),
+        bias: db
+            .zip(bias)
+            .map(|(db, t)| typed::<B>(E::tensor(db, &[n]), t)),
     }
 }
 
@@ -390,7 +398,7 @@ where
     fn projection_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
-        bias: bool,
+        bias: Option<DType>,
         grad: FloatTensor<Self>,
     ) -> ProjectionGrads<Self> {
         match x.dtype() {
