@@ -86,9 +86,15 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
         self.model
     }
 
-    /// `f` of the model, with the same threads and replicas.
+    /// `f` of the model, with the same settings (every field written out, so that a new one
+    /// cannot be left at its default here).
     fn map_model<B2: Backend, M2: Module<B2>>(self, f: impl FnOnce(M) -> M2) -> Threaded<B2, M2> {
-        Threaded::new(f(self.model), self.threads).with_replicas(self.replicas)
+        Threaded {
+            model: f(self.model),
+            threads: self.threads,
+            replicas: self.replicas,
+            _backend: PhantomData,
+        }
     }
 }
 
@@ -130,7 +136,13 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> AutodiffModule<B> for Threaded<B,
     type InnerModule = Threaded<B::InnerBackend, M::InnerModule>;
 
     fn valid(&self) -> Self::InnerModule {
-        Threaded::new(self.model.valid(), self.threads).with_replicas(self.replicas)
+        // every field written out, as in `map_model`
+        Threaded {
+            model: self.model.valid(),
+            threads: self.threads,
+            replicas: self.replicas,
+            _backend: PhantomData,
+        }
     }
 
     fn from_inner(module: Self::InnerModule) -> Self {
