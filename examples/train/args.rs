@@ -327,7 +327,10 @@ pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig
     ))
 }
 
-pub fn epochs_for(args: &Args, d: &Defaults, steps_per_epoch: usize) -> usize {
+/// `--epochs`, or enough epochs for `--steps` over `items` training items in batches of
+/// `batch_size` (a step takes one batch on every one of `--devices`), or the task's default.
+pub fn epochs_for(args: &Args, d: &Defaults, items: usize, batch_size: usize) -> usize {
+    let steps_per_epoch = items.div_ceil(batch_size.max(1) * args.devices.max(1));
     match (args.epochs, args.steps) {
         (Some(e), _) => e,
         (None, Some(s)) => s.div_ceil(steps_per_epoch.max(1)).max(1),

@@ -93,7 +93,7 @@ pub fn run<B: SsdAutodiffBackend>(
     devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     // the trained model comes back on the first device, where it is scored
-    let device = devices.devices()[0].clone();
+    let device = devices.main().clone();
     let start = Instant::now();
     let d = defaults(args.task, args.preset);
     let (data, describe) = windowed_data(args)?;
@@ -106,12 +106,7 @@ pub fn run<B: SsdAutodiffBackend>(
     let n_vars = data.train.n_inputs();
     let n_targets = data.train.n_targets();
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
-    // a step takes one batch on every device
-    let steps_per_epoch = data
-        .train
-        .len()
-        .div_ceil(batch_size.max(1) * args.devices.max(1));
-    let epochs = epochs_for(args, &d, steps_per_epoch);
+    let epochs = epochs_for(args, &d, data.train.len(), batch_size);
     // market windows: five features in, one return out, so the variables mix and RevIN is off;
     // market models stream tick by tick, so one token per step and the last-token head
     let patch_len = args

@@ -132,18 +132,13 @@ pub fn run<B: SsdAutodiffBackend>(
     devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     // the trained model comes back on the first device, where it is scored
-    let device = devices.devices()[0].clone();
+    let device = devices.main().clone();
     let start = Instant::now();
     let d = defaults(args.task, args.preset);
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
-    // a step takes one batch on every device
-    let steps_per_epoch = data
-        .train
-        .len()
-        .div_ceil(batch_size.max(1) * args.devices.max(1));
-    let epochs = epochs_for(args, &d, steps_per_epoch);
+    let epochs = epochs_for(args, &d, data.train.len(), batch_size);
     let model =
         Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab).with_pad_vocab_size_multiple(8);
     let run = RunConfig::new(args.lr.unwrap_or(d.lr))

@@ -104,10 +104,16 @@ impl<B: Backend> TrainDevices<B> {
         &self.devices
     }
 
+    /// The first device: the model's, the optimizer's, validation's and checkpoints'; the
+    /// trained model comes back on it.
+    pub fn main(&self) -> &B::Device {
+        &self.devices[0]
+    }
+
     /// The run's placement: its main device, Burn's strategy and how the steps count.
     pub(crate) fn placement(self) -> Placement<B> {
         let shares = self.devices.len();
-        let main = self.devices[0].clone();
+        let main = self.main().clone();
         if let Some(strategy) = self.ddp {
             return Placement {
                 main,

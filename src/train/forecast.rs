@@ -129,7 +129,7 @@ where
     };
     let init = |device: &B::Device| config.model.init::<B>(device);
     let devices = devices.into();
-    let device = devices.devices()[0].clone();
+    let device = devices.main().clone();
     let mut model = launch(
         &run,
         config,
