@@ -251,7 +251,7 @@ pub(super) const TILE: usize = 16;
 
 /// The side of the output tile of one cube of the tiled kernels ([`chunk_scan`],
 /// [`chunk_scan_grads`], [`score_grads`]): `UNITS × UNITS` threads, each computing `PER × PER`
-/// elements of it (rows `u·UNITS + ty`, columns `v·UNITS + tx`): few threads with many
+/// adjacent elements of it (rows `ty·PER + u`, columns `tx·PER + v`): few threads with many
 /// elements each, so that each operand read from shared memory serves `PER` multiply-adds.
 pub(super) const BLOCK: usize = 32;
 /// The threads of a cube of the tiled kernels along each side.
@@ -259,67 +259,133 @@ pub(super) const UNITS: usize = 8;
 /// The elements of each thread of the tiled kernels along each side.
 const PER: usize = BLOCK / UNITS;
 
-/// `acc += lhs · rhs` for the thread's `PER × PER` elements of a `BLOCK × BLOCK` tile
-/// (rows `ty + u·UNITS`, columns `tx + v·UNITS`), over the `BLOCK` columns of `lhs` (row-major
-/// `[BLOCK, BLOCK]`) and rows of `rhs` (`[BLOCK, BLOCK]`, or its transpose with
-/// `rhs_transposed`).
+/// `PER` adjacent elements of a tile, read and written in shared memory as one value: a CPU
+/// device such as lavapipe runs a load from shared memory at a per-thread address once per
+/// thread, so one load of `PER` elements costs about what one of a single element does.
+type Quad<F> = Vector<F, Const<PER>>;
+
+/// An operand tile of the tiled kernels in shared memory: `BLOCK × BLOCK` elements as
+/// `[k][BLOCK / PER]` quads, `k` the contraction's index (the lhs transposed, the rhs as is).
+#[cube]
+fn quad_tile<F: Float>() -> SharedMemory<Quad<F>> {
+    SharedMemory::<Quad<F>>::new(BLOCK * UNITS)
+}
+
+/// `acc[u][v] += Σ_k lhs[k, ty·PER + u] · rhs[k, tx·PER + v]` for the thread's `PER × PER`
+/// elements of a `BLOCK × BLOCK` tile (both operands as [`quad_tile`]s): two loads from shared
+/// memory per `k`.
 #[cube]
 fn tile_product<F: Float>(
-    lhs: &SharedMemory<F>,
-    rhs: &SharedMemory<F>,
-    acc: &mut Array<F>,
+    lhs: &SharedMemory<Quad<F>>,
+    rhs: &SharedMemory<Quad<F>>,
+    acc: &mut Array<Quad<F>>,
     ty: usize,
     tx: usize,
-    #[comptime] rhs_transposed: bool,
 ) {
     for k in 0..BLOCK {
+        let left = lhs[k * UNITS + ty];
+        let right = rhs[k * UNITS + tx];
         #[unroll]
         for u in 0..PER {
-            let left = lhs[(ty + u * UNITS) * BLOCK + k];
-            #[unroll]
-            for v in 0..PER {
-                let mut at = k * BLOCK + tx + v * UNITS;
-                if rhs_transposed {
-                    at = (tx + v * UNITS) * BLOCK + k;
-                }
-                acc[u * PER + v] += left * rhs[at];
-            }
+            acc[u] += Quad::<F>::new(left[u]) * right;
         }
     }
 }
 
-/// Loads a `BLOCK × BLOCK` tile of `src` into `tile` (row-major, or transposed with
-/// `transposed`): row `r` and column `k` from `src[first + r·row_stride + k]` where
-/// `first_row + r < row_end` and `first_col + k < col_end`, zero elsewhere. Each of the cube's
-/// `UNITS²` threads loads `PER²` elements, adjacent threads adjacent ones.
+/// Loads a [`quad_tile`] from a matrix of `src` whose rows are `k`: element `(k, c)` from
+/// `src[first + k·row_stride + c]` where `first_k + k < k_end` and `first_col + c < col_end`,
+/// zero elsewhere. Each of the cube's `UNITS²` threads loads `PER` quads, adjacent threads
+/// adjacent quads of a row.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_tile<F: Float, E: Float>(
+fn load_rows<F: Float, E: Float>(
     src: &Tensor<E>,
-    tile: &mut SharedMemory<F>,
+    tile: &mut SharedMemory<Quad<F>>,
+    first: usize,
+    row_stride: usize,
+    first_k: usize,
+    k_end: usize,
+    first_col: usize,
+    col_end: usize,
+    unit: usize,
+) {
+    #[unroll]
+    for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
+        let e = unit + m * UNITS * UNITS;
+        let k = e / UNITS;
+        let quad = e % UNITS;
+        let mut value = Quad::<F>::new(F::new(0.0));
+        if first_k + k < k_end {
+            #[unroll]
+            for w in 0..PER {
+                let c = quad * PER + w;
+                if first_col + c < col_end {
+                    value[w] = F::cast_from(src[first + k * row_stride + c]);
+                }
+            }
+        }
+        tile[e] = value;
+    }
+}
+
+/// Loads a [`quad_tile`] from a matrix of `src` whose columns are `k`: element `(r, k)` from
+/// `src[first + r·row_stride + k]` where `first_row + r < row_end` and `first_k + k < k_end`,
+/// zero elsewhere. Adjacent threads read adjacent elements of a row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_columns<F: Float, E: Float>(
+    src: &Tensor<E>,
+    tile: &mut SharedMemory<Quad<F>>,
     first: usize,
     row_stride: usize,
     first_row: usize,
     row_end: usize,
-    first_col: usize,
-    col_end: usize,
+    first_k: usize,
+    k_end: usize,
     unit: usize,
-    #[comptime] transposed: bool,
 ) {
     #[unroll]
-    for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+    for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
         let e = unit + m * UNITS * UNITS;
-        let r = e / BLOCK;
         let k = e % BLOCK;
-        let mut value = F::new(0.0);
-        if first_row + r < row_end && first_col + k < col_end {
-            value = F::cast_from(src[first + r * row_stride + k]);
+        let quad = e / BLOCK;
+        let mut value = Quad::<F>::new(F::new(0.0));
+        if first_k + k < k_end {
+            #[unroll]
+            for w in 0..PER {
+                let r = quad * PER + w;
+                if first_row + r < row_end {
+                    value[w] = F::cast_from(src[first + r * row_stride + k]);
+                }
+            }
         }
-        if transposed {
-            tile[k * BLOCK + r] = value;
-        } else {
-            tile[r * BLOCK + k] = value;
+        tile[k * UNITS + quad] = value;
+    }
+}
+
+/// A thread's `PER × PER` accumulators, zero: `PER` rows of `PER` columns.
+#[cube]
+fn zeros<F: Float>() -> Array<Quad<F>> {
+    let mut acc = Array::<Quad<F>>::new(PER);
+    #[unroll]
+    for u in 0..PER {
+        acc[u] = Quad::<F>::new(F::new(0.0));
+    }
+    acc
+}
+
+/// Writes a thread's `PER × PER` values `w[u][v]` (rows `ty·PER + u`, columns `tx·PER + v`)
+/// into `tile` as the lhs of a product over the columns: column `tx·PER + v` is `k`.
+#[cube]
+fn store_lhs<F: Float>(tile: &mut SharedMemory<Quad<F>>, w: &Array<Quad<F>>, ty: usize, tx: usize) {
+    #[unroll]
+    for v in 0..PER {
+        let mut column = Quad::<F>::new(F::new(0.0));
+        #[unroll]
+        for u in 0..PER {
+            column[u] = w[u][v];
         }
+        tile[(tx * PER + v) * UNITS + ty] = column;
     }
 }
 
@@ -353,20 +419,20 @@ fn chunk_len(j: usize, q: usize, len: usize) -> usize {
     count
 }
 
-/// A thread's `PER × PER` accumulators, zero.
+/// A thread's `PER × PER` scalars `[u·PER + v]`, zero.
 #[cube]
-fn zeros<F: Float>() -> Array<F> {
-    let mut acc = Array::<F>::new(PER * PER);
+fn zero_scalars<F: Float>() -> Array<F> {
+    let mut values = Array::<F>::new(PER * PER);
     #[unroll]
     for e in 0..PER * PER {
-        acc[e] = F::new(0.0);
+        values[e] = F::new(0.0);
     }
-    acc
+    values
 }
 
 /// The segment sums of a thread's `PER × PER` pairs over one tile of steps (`steps`, the
 /// log-decays of positions `first` … `first + BLOCK`). With `rows_end`, row `u` is the segment's
-/// end `i_u = row + u·UNITS` and column `v` its start `s_v = col + v·UNITS`; without, the
+/// end `i_u = row + u` and column `v` its start `s_v = col + v`; without, the
 /// reverse. `inner[u·PER + v]` is the sum of the tile's steps `k` with `s < k ≤ i`; `part[u]`
 /// that of the steps in row `u`'s segments to or from the tile's other end (`k ≤ i_u` with
 /// `rows_end`, `k > s_u` without). With `outside`, every row lies past the tile (after it with
@@ -407,7 +473,7 @@ fn segment_sums<F: Float>(
             }
             #[unroll]
             for v in 0..PER {
-                let c = col + v * UNITS;
+                let c = col + v;
                 let mut inside = at <= c;
                 if rows_end {
                     inside = at > c;
@@ -428,7 +494,7 @@ fn segment_sums<F: Float>(
             let at = first + k;
             #[unroll]
             for u in 0..PER {
-                let r = row + u * UNITS;
+                let r = row + u;
                 let mut to_row = at > r;
                 if rows_end {
                     to_row = at <= r;
@@ -436,7 +502,7 @@ fn segment_sums<F: Float>(
                 part[u] += select(to_row, step, zero);
                 #[unroll]
                 for v in 0..PER {
-                    let c = col + v * UNITS;
+                    let c = col + v;
                     let mut inside = at > r && at <= c;
                     if rows_end {
                         inside = at > c && at <= r;
@@ -498,8 +564,8 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let i0 = it * BLOCK;
     let p0 = pt * BLOCK;
     let row = (b * heads + h) * chunks * q + j * q;
-    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
-    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut lhs = quad_tile::<F>();
+    let mut rhs = quad_tile::<F>();
     let mut steps = SharedMemory::<F>::new(BLOCK);
     let mut off = zeros::<F>();
     let mut diag = zeros::<F>();
@@ -511,7 +577,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
         let n0 = nt * BLOCK;
         let first_c = ((b * len + j * q + i0) * groups + g) * dim_n + n0;
-        load_tile::<F, E>(
+        load_columns::<F, E>(
             c_mat,
             &mut lhs,
             first_c,
@@ -521,15 +587,14 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             n0,
             dim_n,
             unit,
-            false,
         );
-        // read along n, stored transposed: rhs[k, u] = S[p0 + u, n0 + k]
+        // S[p0 + u, n0 + k], read along n
         let first_s = state + p0 * dim_n + n0;
-        load_tile::<F, F>(
-            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        load_columns::<F, F>(
+            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit,
         );
         sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut off, ty, tx, false);
+        tile_product::<F>(&lhs, &rhs, &mut off, ty, tx);
         sync_cube();
     }
 
@@ -545,7 +610,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         let s0 = (it - back) * BLOCK;
         load_steps::<F>(da, &mut steps, row + s0, s0, q, unit);
         let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-        load_tile::<F, E>(
+        load_rows::<F, E>(
             x,
             &mut rhs,
             first_x,
@@ -555,29 +620,30 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             p0,
             dim_p,
             unit,
-            false,
         );
         sync_cube();
         // the weights of the thread's rows i and columns s: each segment's terms within the
         // tile (`inner`), then the row's carry; `whole`, per row, the tile's terms up to i
-        let mut inner = zeros::<F>();
+        let mut inner = zero_scalars::<F>();
         let mut whole = Array::<F>::new(PER);
         segment_sums::<F>(
             &steps,
             &mut inner,
             &mut whole,
             s0,
-            i0 + ty,
-            s0 + tx,
+            i0 + ty * PER,
+            s0 + tx * PER,
             back > 0,
             true,
         );
+        let mut weights = zeros::<F>();
         #[unroll]
         for u in 0..PER {
-            let i = i0 + ty + u * UNITS;
+            let i = i0 + ty * PER + u;
+            let mut row_weights = Quad::<F>::new(F::new(0.0));
             #[unroll]
             for v in 0..PER {
-                let s = s0 + tx + v * UNITS;
+                let s = s0 + tx * PER + v;
                 let t_s = j * q + s;
                 let mut weight = F::new(0.0);
                 if s <= i && i < q && t_s < len {
@@ -585,26 +651,28 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
                         * (inner[u * PER + v] + carry[u]).exp()
                         * dt[(b * len + t_s) * heads + h];
                 }
-                lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
+                row_weights[v] = weight;
             }
+            weights[u] = row_weights;
             carry[u] += whole[u];
         }
+        store_lhs::<F>(&mut lhs, &weights, ty, tx);
         sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
+        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
         sync_cube();
     }
     #[unroll]
     for u in 0..PER {
-        let i = i0 + ty + u * UNITS;
+        let i = i0 + ty * PER + u;
         let t_i = j * q + i;
         if i < q && t_i < len {
             let decay = cs[row + i].exp();
             #[unroll]
             for v in 0..PER {
-                let pp = p0 + tx + v * UNITS;
+                let pp = p0 + tx * PER + v;
                 if pp < dim_p {
                     y[((b * len + t_i) * heads + h) * dim_p + pp] =
-                        E::cast_from(diag[u * PER + v] + decay * off[u * PER + v]);
+                        E::cast_from(diag[u][v] + decay * off[u][v]);
                 }
             }
         }
@@ -722,10 +790,12 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let s0 = st * BLOCK;
     let p0 = pt * BLOCK;
     let row = (b * heads + h) * chunks * q + j * q;
-    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
-    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
-    let mut lhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
-    let mut rhs2 = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut lhs = quad_tile::<F>();
+    let mut rhs = quad_tile::<F>();
+    let mut lhs2 = quad_tile::<F>();
+    let mut rhs2 = quad_tile::<F>();
+    // the partial sums of the rows' threads, three per thread
+    let mut partial = SharedMemory::<F>::new(3 * UNITS * BLOCK);
     let mut steps = SharedMemory::<F>::new(BLOCK);
     let mut gb = zeros::<F>();
     let mut off = zeros::<F>();
@@ -743,41 +813,45 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         let n0 = nt * BLOCK;
         let first_bc = ((b * len + j * q + s0) * groups + g) * dim_n + n0;
         let stride = groups * dim_n;
-        load_tile::<F, E>(
-            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit, false,
+        load_columns::<F, E>(
+            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit,
         );
-        load_tile::<F, E>(
-            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit, false,
+        load_columns::<F, E>(
+            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit,
         );
-        // read along n, stored transposed: rhs[k, u] = G[p0 + u, n0 + k]
+        // G[p0 + u, n0 + k] and S[j][p0 + u, n0 + k], read along n
         let (first_g, first_s) = (leaving + p0 * dim_n + n0, entering + p0 * dim_n + n0);
-        load_tile::<F, F>(
-            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        load_columns::<F, F>(
+            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit,
         );
-        load_tile::<F, F>(
-            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit, true,
+        load_columns::<F, F>(
+            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit,
         );
-        // the elements this thread loaded
+        // the elements this thread loaded (as `load_columns` places them)
         #[unroll]
-        for m in 0..BLOCK * BLOCK / (UNITS * UNITS) {
+        for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
             let e = unit + m * UNITS * UNITS;
-            let at = (e % BLOCK) * BLOCK + e / BLOCK;
-            dot += rhs[at] * rhs2[at];
+            let at = (e % BLOCK) * UNITS + e / BLOCK;
+            let (adjoint, state) = (rhs[at], rhs2[at]);
+            #[unroll]
+            for w in 0..PER {
+                dot += adjoint[w] * state[w];
+            }
         }
         sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut gb, ty, tx, false);
-        tile_product::<F>(&lhs2, &rhs2, &mut off, ty, tx, false);
+        tile_product::<F>(&lhs, &rhs, &mut gb, ty, tx);
+        tile_product::<F>(&lhs2, &rhs2, &mut off, ty, tx);
         sync_cube();
     }
     if st == 0 {
         // the cube's sum, by its first thread in a fixed order: one synchronisation where a
         // tree takes log₂ 64
-        lhs[unit] = dot;
+        partial[unit] = dot;
         sync_cube();
         if unit == 0 {
             let mut sum = F::new(0.0);
             for k in 0..UNITS * UNITS {
-                sum += lhs[k];
+                sum += partial[k];
             }
             outside[((b * chunks + j) * heads + h) * col_tiles + pt] = sum;
         }
@@ -797,48 +871,52 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         load_steps::<F>(da, &mut steps, row + i0, i0, q, unit);
         let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
         let stride = heads * dim_p;
-        load_tile::<F, E>(
-            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
+        load_rows::<F, E>(
+            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit,
         );
         sync_cube();
         // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
         // within the tile (`inner`), then the row's carry; `whole`, per row, the tile's terms
         // after s
-        let mut inner = zeros::<F>();
+        let mut inner = zero_scalars::<F>();
         let mut whole = Array::<F>::new(PER);
         segment_sums::<F>(
             &steps,
             &mut inner,
             &mut whole,
             i0,
-            s0 + ty,
-            i0 + tx,
+            s0 + ty * PER,
+            i0 + tx * PER,
             it > st,
             false,
         );
+        let mut weights = zeros::<F>();
         #[unroll]
         for u in 0..PER {
-            let s = s0 + ty + u * UNITS;
+            let s = s0 + ty * PER + u;
+            let mut row_weights = Quad::<F>::new(F::new(0.0));
             #[unroll]
             for v in 0..PER {
-                let i = i0 + tx + v * UNITS;
+                let i = i0 + tx * PER + v;
                 let mut weight = F::new(0.0);
                 if s <= i && i < q {
                     weight = cb[scores + i * q + s] * (carry[u] + inner[u * PER + v]).exp();
                 }
-                lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weight;
+                row_weights[v] = weight;
             }
+            weights[u] = row_weights;
             carry[u] += whole[u];
         }
+        store_lhs::<F>(&mut lhs, &weights, ty, tx);
         sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx, false);
+        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
         sync_cube();
     }
 
     // dx, and the terms of the log-decays' gradient summed over the thread's columns
     #[unroll]
     for u in 0..PER {
-        let r = ty + u * UNITS;
+        let r = ty * PER + u;
         let s = s0 + r;
         let t_s = j * q + s;
         let mut step = F::new(0.0);
@@ -852,36 +930,36 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         let mut sum_x = F::new(0.0);
         #[unroll]
         for v in 0..PER {
-            let pp = p0 + tx + v * UNITS;
-            let dxt = diag[u * PER + v] + decay_end * gb[u * PER + v];
+            let pp = p0 + tx * PER + v;
+            let dxt = diag[u][v] + decay_end * gb[u][v];
             if s < q && t_s < len && pp < dim_p {
                 let at = ((b * len + t_s) * heads + h) * dim_p + pp;
                 let xv = F::cast_from(x[at]);
-                sum_u += F::cast_from(grad_y[at]) * off[u * PER + v];
-                sum_w += xv * gb[u * PER + v];
+                sum_u += F::cast_from(grad_y[at]) * off[u][v];
+                sum_w += xv * gb[u][v];
                 sum_x += xv * dxt;
                 grad_x[at] = E::cast_from(step * dxt);
             }
         }
-        lhs[r * UNITS + tx] = sum_u;
-        lhs2[r * UNITS + tx] = sum_w;
-        rhs[r * UNITS + tx] = sum_x;
+        partial[r * UNITS + tx] = sum_u;
+        partial[(BLOCK + r) * UNITS + tx] = sum_w;
+        partial[(2 * BLOCK + r) * UNITS + tx] = sum_x;
     }
     sync_cube();
     // over the row's threads, by the first thread of each row
     if tx == 0 {
         #[unroll]
         for u in 0..PER {
-            let r = ty + u * UNITS;
+            let r = ty * PER + u;
             let s = s0 + r;
             if s < q {
                 let mut sum_u = F::new(0.0);
                 let mut sum_w = F::new(0.0);
                 let mut sum_x = F::new(0.0);
                 for k in 0..UNITS {
-                    sum_u += lhs[r * UNITS + k];
-                    sum_w += lhs2[r * UNITS + k];
-                    sum_x += rhs[r * UNITS + k];
+                    sum_u += partial[r * UNITS + k];
+                    sum_w += partial[(BLOCK + r) * UNITS + k];
+                    sum_x += partial[(2 * BLOCK + r) * UNITS + k];
                 }
                 let mut decay_out = F::new(0.0);
                 let mut scale_w = F::new(0.0);
@@ -958,8 +1036,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
         for u in 0..PER {
             #[unroll]
             for v in 0..PER {
-                let i = i0 + ty + u * UNITS;
-                let s = s0 + tx + v * UNITS;
+                let i = i0 + ty * PER + u;
+                let s = s0 + tx * PER + v;
                 if i < q && s < q {
                     grad_cb[scores + i * q + s] = E::new(0.0);
                 }
@@ -972,13 +1050,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let pair = it * (it + 1) / 2 + st;
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
-    let mut lhs = SharedMemory::<F>::new(BLOCK * BLOCK);
-    let mut rhs = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut lhs = quad_tile::<F>();
+    let mut rhs = quad_tile::<F>();
     let mut zt = SharedMemory::<F>::new(BLOCK * BLOCK);
+    let mut sums = SharedMemory::<F>::new(BLOCK * BLOCK);
     let mut steps_i = SharedMemory::<F>::new(BLOCK);
     let mut steps_s = SharedMemory::<F>::new(BLOCK);
     let mut between = SharedMemory::<F>::new(BLOCK);
-    let mut acc = zeros::<F>();
+    let mut acc = zero_scalars::<F>();
     for hr in 0..r {
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
@@ -1002,14 +1081,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
             let stride = heads * dim_p;
             let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
             let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-            load_tile::<F, E>(
-                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
+            load_columns::<F, E>(
+                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit,
             );
-            load_tile::<F, E>(
-                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit, false,
+            load_columns::<F, E>(
+                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit,
             );
             sync_cube();
-            tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx, true);
+            tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx);
             sync_cube();
         }
         // the segment sums of (s, i], from their own terms
@@ -1022,7 +1101,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
         // on the diagonal, the segments' terms (`inner`); off it, each column's terms of its
         // tile after s (`inner`, the same for every row) and each row's terms of its tile up to
         // i (`head`)
-        let mut inner = zeros::<F>();
+        let mut inner = zero_scalars::<F>();
         let mut head = Array::<F>::new(PER);
         if it == st {
             segment_sums::<F>(
@@ -1030,8 +1109,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 &mut inner,
                 &mut head,
                 i0,
-                i0 + ty,
-                s0 + tx,
+                i0 + ty * PER,
+                s0 + tx * PER,
                 false,
                 true,
             );
@@ -1041,8 +1120,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 &mut inner,
                 &mut head,
                 s0,
-                i0 + ty,
-                s0 + tx,
+                i0 + ty * PER,
+                s0 + tx * PER,
                 true,
                 true,
             );
@@ -1054,16 +1133,16 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 let step = steps_i[k];
                 #[unroll]
                 for u in 0..PER {
-                    head[u] += select(k <= ty + u * UNITS, step, F::new(0.0));
+                    head[u] += select(k <= ty * PER + u, step, F::new(0.0));
                 }
             }
         }
         #[unroll]
         for u in 0..PER {
-            let i = i0 + ty + u * UNITS;
+            let i = i0 + ty * PER + u;
             #[unroll]
             for v in 0..PER {
-                let s = s0 + tx + v * UNITS;
+                let s = s0 + tx * PER + v;
                 let mut seg = inner[u * PER + v];
                 if it != st {
                     seg = inner[u * PER + v] + across + head[u];
@@ -1071,14 +1150,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 let t_s = j * q + s;
                 let mut weighted = F::new(0.0);
                 if s <= i && i < q && t_s < len {
-                    weighted = dyx[u * PER + v] * seg.exp() * dt[(b * len + t_s) * heads + h];
+                    weighted = dyx[u][v] * seg.exp() * dt[(b * len + t_s) * heads + h];
                 }
                 acc[u * PER + v] += weighted;
                 let mut score = F::new(0.0);
                 if i < q && s < q {
                     score = cb[scores + i * q + s];
                 }
-                zt[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = weighted * score;
+                zt[(ty * PER + u) * BLOCK + tx * PER + v] = weighted * score;
             }
         }
         sync_cube();
@@ -1086,14 +1165,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
         if it == st {
             // row sums before each step, then summed over the rows from the step on
             // (each value read once, added where it counts: selects, as in `segment_sums`)
-            let mut before = zeros::<F>();
+            let mut before = zero_scalars::<F>();
             for k in 0..BLOCK {
                 #[unroll]
                 for u in 0..PER {
-                    let value = zt[(ty + u * UNITS) * BLOCK + k];
+                    let value = zt[(ty * PER + u) * BLOCK + k];
                     #[unroll]
                     for v in 0..PER {
-                        before[u * PER + v] += select(k < tx + v * UNITS, value, F::new(0.0));
+                        before[u * PER + v] += select(k < tx * PER + v, value, F::new(0.0));
                     }
                 }
             }
@@ -1101,14 +1180,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
             for u in 0..PER {
                 #[unroll]
                 for v in 0..PER {
-                    lhs[(ty + u * UNITS) * BLOCK + tx + v * UNITS] = before[u * PER + v];
+                    sums[(ty * PER + u) * BLOCK + tx * PER + v] = before[u * PER + v];
                 }
             }
             sync_cube();
             if unit < BLOCK {
                 let mut sum = F::new(0.0);
                 for k in 0..BLOCK {
-                    sum += select(k >= unit, lhs[k * BLOCK + unit], F::new(0.0));
+                    sum += select(k >= unit, sums[k * BLOCK + unit], F::new(0.0));
                 }
                 spans[out + unit] = sum;
                 spans[out + BLOCK + unit] = F::new(0.0);
@@ -1123,14 +1202,14 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 for k in 0..BLOCK {
                     sum += zt[k * BLOCK + unit];
                 }
-                lhs[unit] = sum;
+                sums[unit] = sum;
             } else if unit < 2 * BLOCK {
                 let rr = unit - BLOCK;
                 let mut sum = F::new(0.0);
                 for k in 0..BLOCK {
                     sum += zt[rr * BLOCK + k];
                 }
-                lhs[BLOCK + rr] = sum;
+                sums[BLOCK + rr] = sum;
             }
             sync_cube();
             if unit < BLOCK {
@@ -1138,10 +1217,10 @@ pub(super) fn score_grads<F: Float, E: Float>(
                 let mut targets = F::new(0.0);
                 let mut total = F::new(0.0);
                 for k in 0..BLOCK {
-                    let column = lhs[k];
+                    let column = sums[k];
                     total += column;
                     sources += select(k < unit, column, F::new(0.0));
-                    targets += select(k >= unit, lhs[BLOCK + k], F::new(0.0));
+                    targets += select(k >= unit, sums[BLOCK + k], F::new(0.0));
                 }
                 spans[out + unit] = sources;
                 spans[out + BLOCK + unit] = targets;
@@ -1157,8 +1236,8 @@ pub(super) fn score_grads<F: Float, E: Float>(
     for u in 0..PER {
         #[unroll]
         for v in 0..PER {
-            let i = i0 + ty + u * UNITS;
-            let s = s0 + tx + v * UNITS;
+            let i = i0 + ty * PER + u;
+            let s = s0 + tx * PER + v;
             if i < q && s < q {
                 grad_cb[scores + i * q + s] = E::cast_from(acc[u * PER + v]);
             }
