@@ -14,7 +14,7 @@
 //! peak resident memory of the process so far (on Wgpu and Cuda also the most device memory in
 //! use and reserved by CubeCL's pool, sampled after every run: `device_in_use_mb`,
 //! `device_reserved_mb`), the thread count, and the configuration. `--dtype f16` / `bf16` runs
-//! the model in half precision where the backend has it.
+//! the model in half precision where the backend has it, `--dtype f64` in double precision.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs;
 //! `ssd-train` one layer's chunked SSD alone, forward and backward (`--ssd` chooses the path).
@@ -59,14 +59,15 @@ struct Args {
     /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// The chunked SSD's implementation: `fused` (the backend's own: the fused kernels on Wgpu
-    /// and Cuda, the tensor operations elsewhere) or `tensor-ops` (the tensor operations on
-    /// every backend, `mamba2_burn::ssd::set_fused_kernels(false)`).
+    /// The chunked SSD's implementation: `fused` (the backend's fused kernels wherever it has
+    /// them: NdArray, Wgpu, Cuda; `FusedKernels::Always`), `tensor-ops` (the tensor operations
+    /// on every backend, `FusedKernels::Never`) or `measured` (the library's default,
+    /// `FusedKernels::Measured`: fused where measured at least as fast).
     #[arg(long, default_value = "fused")]
     ssd: String,
-    /// Float type of the weights and activations: f32, f16 or bf16 (where the backend supports
-    /// it: Cuda both, Wgpu f16 where the adapter has it). The SSD's `dt`, decays and states are
-    /// computed in f32 whatever this is.
+    /// Float type of the weights and activations: f32, f16, bf16 or f64 (where the backend
+    /// supports it: Cuda f16 and bf16, Wgpu f16 where the adapter has it, NdArray f64). With
+    /// half precision the SSD's `dt`, decays and states are computed in f32.
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// A named shape that replaces the size flags: a published model's
@@ -195,11 +196,12 @@ fn backend_name(args: &Args) -> String {
     match args.device.as_str() {
         #[cfg(feature = "blas")]
         "cpu" => format!(
-            "ndarray-f32+openblas({} threads)",
+            "ndarray-{}+openblas({} threads)",
+            args.dtype,
             mamba2_burn::blas::blas_threads()
         ),
         #[cfg(not(feature = "blas"))]
-        "cpu" => "ndarray-f32".to_string(),
+        "cpu" => format!("ndarray-{}", args.dtype),
         other => format!("{other}-{}", args.dtype),
     }
 }
@@ -283,8 +285,9 @@ fn ssd_cost(args: &Args) {
         args.chunk_size,
     );
     // the products' operands and the layouts in the model's type, the rest in f32
-    shape.element_bytes = match half_dtype(args) {
+    shape.element_bytes = match float_dtype(args) {
         Ok(None) => 4,
+        Ok(Some(FloatDType::F64)) => 8,
         Ok(Some(_)) => 2,
         Err(e) => {
             eprintln!("error: {e}");
@@ -551,19 +554,20 @@ fn bench_ssd_train<B: SsdAutodiffBackend>(
     timed_sampled(args.iters, run, || memory.sample())
 }
 
-/// `--dtype`: `None` for `f32`, the half-precision type otherwise.
-fn half_dtype(args: &Args) -> Result<Option<FloatDType>, String> {
+/// `--dtype`: `None` for `f32`, the other type otherwise.
+fn float_dtype(args: &Args) -> Result<Option<FloatDType>, String> {
     match args.dtype.as_str() {
         "f32" => Ok(None),
         "f16" => Ok(Some(FloatDType::F16)),
         "bf16" => Ok(Some(FloatDType::BF16)),
-        other => Err(format!("unknown --dtype {other:?} (f32, f16, bf16)")),
+        "f64" => Ok(Some(FloatDType::F64)),
+        other => Err(format!("unknown --dtype {other:?} (f32, f16, bf16, f64)")),
     }
 }
 
 /// `--dtype` as the float type of `device` (before any tensor is made on it).
 fn set_dtype<B: SsdBackend>(args: &Args, device: &B::Device) -> Result<(), String> {
-    let Some(dtype) = half_dtype(args)? else {
+    let Some(dtype) = float_dtype(args)? else {
         return Ok(());
     };
     let int = <B::IntElem as burn::tensor::Element>::dtype();
@@ -653,11 +657,13 @@ fn main() {
     if args.mode.is_empty() {
         return;
     }
+    use mamba2_burn::ssd::{set_fused_kernels_mode, FusedKernels};
     match args.ssd.as_str() {
-        "fused" => mamba2_burn::ssd::set_fused_kernels(true),
-        "tensor-ops" => mamba2_burn::ssd::set_fused_kernels(false),
+        "fused" => set_fused_kernels_mode(FusedKernels::Always),
+        "tensor-ops" => set_fused_kernels_mode(FusedKernels::Never),
+        "measured" => set_fused_kernels_mode(FusedKernels::Measured),
         other => {
-            eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops)");
+            eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
             std::process::exit(2);
         }
     }

@@ -98,6 +98,9 @@ macro_rules! cases_on {
             }
 
             fn dev() -> $device {
+                // the fused kernels wherever the backend has them, also where the default
+                // runs the tensor operations (Cuda, until measured); no test turns them off
+                mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
                 Default::default()
             }
 

@@ -536,6 +536,8 @@ mod wgpu {
     #[test]
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_wgpu_f16() {
+        // the fused scan, whatever the default for `f16` on Wgpu
+        mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
         let dev = WgpuDevice::Cpu;
         burn::tensor::set_default_dtypes::<Wgpu<f32, i32>>(&dev, FloatDType::F16, IntDType::I32)
             .expect("f16 as the float type of the CPU adapter, set before any tensor on it");
@@ -554,10 +556,12 @@ mod cuda {
     use burn::backend::cuda::CudaDevice;
     use burn::backend::Cuda;
 
-    /// Burn's Cuda backend as users get it (fused); needs a GPU (`scripts/cuda-check.sh`).
+    /// Burn's Cuda backend with the fused scan; needs a GPU (`scripts/cuda-check.sh`).
     #[test]
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_cuda() {
+        // the fused scan (the default on Cuda is the tensor operations until measured there)
+        mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
         let dev = CudaDevice::default();
         let name = "cuda (fused)";
         let mut failed = check_cases::<Autodiff<Cuda<f32, i32>>>(name, &dev, false, F32_TOL);

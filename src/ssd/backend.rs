@@ -2,6 +2,8 @@
 //! A backend either runs the tensor-op form ([`ssd_chunked_tensor_ops`], the default) or
 //! supplies fused kernels and their gradient (the CubeCL backends).
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use burn::tensor::{backend::Backend, ops::FloatTensor, DType, Tensor, TensorPrimitive};
 
 use super::chunked::ssd_chunked_tensor_ops;
@@ -131,7 +133,9 @@ pub trait SsdBackend: Backend {
 
     /// Whether this backend runs [`SsdBackend::ssd_chunked`] as fused kernels with a fused
     /// gradient ([`SsdBackend::ssd_chunked_backward`]) for inputs of type `dtype` cut into
-    /// chunks of `chunk_size`. When it does not, autodiff differentiates the tensor-op form.
+    /// chunks of `chunk_size`, in the current [`FusedKernels`] mode (by default where they were
+    /// measured at least as fast as the tensor operations). When it does not, autodiff
+    /// differentiates the tensor-op form.
     fn has_fused_ssd(dtype: DType, chunk_size: usize) -> bool {
         let _ = (dtype, chunk_size);
         false
@@ -241,4 +245,66 @@ where
     B: SsdBackend + burn::tensor::backend::AutodiffBackend,
     B::InnerBackend: SsdBackend,
 {
+}
+
+/// Where the chunked SSD runs a backend's fused kernels ([`set_fused_kernels_mode`]), for the
+/// whole process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FusedKernels {
+    /// The fused kernels where they were measured at least as fast as the tensor operations,
+    /// per backend and type (the default): NdArray in `f32` and `f64`, Wgpu in the types
+    /// measured on Mesa's lavapipe (`docs/performance.md`); the tensor operations on Cuda and
+    /// other CubeCL runtimes until a measurement there says otherwise.
+    #[default]
+    Measured,
+    /// The fused kernels wherever a backend has them (any type and chunk length they take).
+    Always,
+    /// The tensor operations ([`ssd_chunked_tensor_ops`]) and Burn's `linear` on every backend.
+    Never,
+}
+
+static FUSED_KERNELS: AtomicU8 = AtomicU8::new(FusedKernels::Measured as u8);
+
+/// Sets where the backends run their fused SSD kernels and projections, for the whole process
+/// (default [`FusedKernels::Measured`]). Both paths agree to rounding (`f32`: 1e-5 relative in
+/// the tests); set it before building a model's graph, not between a forward pass and its
+/// backward.
+pub fn set_fused_kernels_mode(mode: FusedKernels) {
+    FUSED_KERNELS.store(mode as u8, Ordering::Relaxed);
+}
+
+/// Where the backends run their fused SSD kernels ([`set_fused_kernels_mode`]).
+pub fn fused_kernels_mode() -> FusedKernels {
+    match FUSED_KERNELS.load(Ordering::Relaxed) {
+        m if m == FusedKernels::Always as u8 => FusedKernels::Always,
+        m if m == FusedKernels::Never as u8 => FusedKernels::Never,
+        _ => FusedKernels::Measured,
+    }
+}
+
+/// `true`: [`FusedKernels::Always`], the fused kernels wherever a backend has them; `false`:
+/// [`FusedKernels::Never`], the tensor operations everywhere (for comparing the two and for
+/// debugging).
+pub fn set_fused_kernels(enabled: bool) {
+    set_fused_kernels_mode(if enabled {
+        FusedKernels::Always
+    } else {
+        FusedKernels::Never
+    });
+}
+
+/// Whether the backends may run their fused kernels at all: any mode but
+/// [`FusedKernels::Never`].
+pub fn fused_kernels() -> bool {
+    fused_kernels_mode() != FusedKernels::Never
+}
+
+/// For a backend that has fused kernels for an input: whether they run, given whether they
+/// were `measured` at least as fast as the tensor operations for it.
+pub(crate) fn fused_runs(measured: bool) -> bool {
+    match fused_kernels_mode() {
+        FusedKernels::Measured => measured,
+        FusedKernels::Always => true,
+        FusedKernels::Never => false,
+    }
 }

@@ -52,10 +52,11 @@ pub(crate) mod recurrence;
 #[cfg(all(test, feature = "ndarray"))]
 mod tests;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use burn::tensor::Tensor;
 
+pub use backend::{
+    fused_kernels, fused_kernels_mode, set_fused_kernels, set_fused_kernels_mode, FusedKernels,
+};
 use backend::{SsdBackend, SsdPrimitives};
 pub use chunked::ssd_chunked_tensor_ops;
 pub use input::SsdInput;
@@ -99,20 +100,4 @@ pub fn projection<B: SsdBackend>(
         backend::primitive(weight),
         bias.map(backend::primitive),
     ))
-}
-
-/// Whether [`ssd_chunked`] runs the backends' fused kernels; see [`set_fused_kernels`].
-static FUSED_KERNELS: AtomicBool = AtomicBool::new(true);
-
-/// Turns the backends' fused SSD kernels on (the default) or off, for the whole process: off,
-/// [`ssd_chunked`] (and so every model's forward) runs [`ssd_chunked_tensor_ops`] on every
-/// backend, and [`projection`] Burn's `linear`. For comparing the two and for debugging: they agree to rounding (`f32`: 1e-5
-/// relative in the tests).
-pub fn set_fused_kernels(enabled: bool) {
-    FUSED_KERNELS.store(enabled, Ordering::Relaxed);
-}
-
-/// Whether the backends' fused SSD kernels are on ([`set_fused_kernels`]).
-pub fn fused_kernels() -> bool {
-    FUSED_KERNELS.load(Ordering::Relaxed)
 }

@@ -4,7 +4,7 @@
 use burn::tensor::{Tensor, TensorData};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use crate::ssd::backend::SsdAutodiffBackend;
+use crate::ssd::backend::{set_fused_kernels_mode, FusedKernels, SsdAutodiffBackend, SsdBackend};
 use crate::ssd::chunked::tests::{assert_close, uniform};
 use crate::ssd::{ssd_chunked, ssd_chunked_tensor_ops, SsdInput};
 
@@ -129,6 +129,9 @@ const CASES: [Case; 7] = [
 /// For every case: y, the final state and the gradients of x, dt, A, B, C and the initial
 /// state of a random linear function of both, fused and as tensor operations.
 pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device) {
+    // the fused kernels wherever the backend has them, also where the default (`Measured`)
+    // runs the tensor operations; no test turns them off, so the mode is safe to share
+    set_fused_kernels_mode(FusedKernels::Always);
     let mut rng = StdRng::seed_from_u64(41);
     for (k, case) in CASES.iter().enumerate() {
         let Case {
@@ -142,6 +145,11 @@ pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device
             ..
         } = *case;
         let x = uniform::<B, 4>(&mut rng, [b, l, h, p], -1.0..1.0, device);
+        // otherwise both sides would be the tensor operations
+        assert!(
+            B::InnerBackend::has_fused_ssd(x.dtype(), q),
+            "case {k}: the backend runs no fused scan for it"
+        );
         let dt = uniform::<B, 3>(&mut rng, [b, l, h], 0.001..case.dt_max, device);
         let a = uniform::<B, 1>(&mut rng, [h], -case.a_max..-0.1, device);
         let b_mat = uniform::<B, 4>(&mut rng, [b, l, g, n], -1.0..1.0, device);

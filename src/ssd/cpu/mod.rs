@@ -34,14 +34,29 @@ use burn::tensor::{DType, TensorMetadata};
 use ndarray::{CowArray, Ix1, Ix2, Ix3, Ix4};
 use rayon::prelude::*;
 
-use super::backend::{tensor_ops, ProjectionGrads, SsdBackend, SsdGrads, SsdPrimitives};
+use super::backend::{
+    fused_runs, tensor_ops, ProjectionGrads, SsdBackend, SsdGrads, SsdPrimitives,
+};
 use host::{slice, values, HostFloat};
 use layout::{Dims, Inputs, Task};
 use matmul::Real;
 
-/// Whether the CPU scan runs inputs of type `dtype` (any chunk length runs).
+/// Whether the CPU scan and projections take inputs of type `dtype` (any chunk length).
 pub(crate) fn runs(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// Whether the CPU scan and projections were measured at least as fast as burn-ndarray's own
+/// operations for inputs of type `dtype` (`docs/performance.md`, `bench --ssd fused` against
+/// `--ssd tensor-ops`): in `f32` and `f64`.
+fn measured(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// Whether the CPU scan and projections run for inputs of type `dtype`, in the current
+/// [`super::backend::FusedKernels`] mode.
+fn fused(dtype: DType) -> bool {
+    runs(dtype) && fused_runs(measured(dtype))
 }
 
 /// The scan's sizes, after checking that the inputs' shapes agree; panics naming the tensor
@@ -357,6 +372,9 @@ where
     NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
 {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !fused(inputs.x.dtype()) {
+            return tensor_ops(inputs);
+        }
         match inputs.x.dtype() {
             DType::F32 => forward::<Self, f32>(inputs),
             DType::F64 => forward::<Self, f64>(inputs),
@@ -365,7 +383,7 @@ where
     }
 
     fn has_fused_ssd(dtype: DType, _chunk_size: usize) -> bool {
-        runs(dtype)
+        fused(dtype)
     }
 
     fn ssd_chunked_backward(
@@ -384,6 +402,9 @@ where
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
+        if !fused(x.dtype()) {
+            return <Self as ModuleOps<Self>>::linear(x, weight, bias);
+        }
         match x.dtype() {
             DType::F32 => project::<Self, f32>(x, weight, bias),
             DType::F64 => project::<Self, f64>(x, weight, bias),
@@ -392,7 +413,7 @@ where
     }
 
     fn has_fused_projection(dtype: DType) -> bool {
-        runs(dtype)
+        fused(dtype)
     }
 
     fn projection_backward(

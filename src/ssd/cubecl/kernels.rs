@@ -590,9 +590,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         );
         // S[p0 + u, n0 + k], read along n
         let first_s = state + p0 * dim_n + n0;
-        load_columns::<F, F>(
-            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit,
-        );
+        load_columns::<F, F>(states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit);
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut off, ty, tx);
         sync_cube();
@@ -1084,9 +1082,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
             load_columns::<F, E>(
                 grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit,
             );
-            load_columns::<F, E>(
-                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit,
-            );
+            load_columns::<F, E>(x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit);
             sync_cube();
             tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx);
             sync_cube();

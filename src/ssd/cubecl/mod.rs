@@ -21,7 +21,9 @@ use burn::tensor::{DType, TensorMetadata};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::precision::cast_to;
-use crate::ssd::backend::{float, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
+use crate::ssd::backend::{
+    float, fused_runs, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives,
+};
 use inputs::{contiguous_as, InputTypes, Inputs};
 
 /// The longest chunk the fused scan takes (the longest it is tested with, and the reference
@@ -29,6 +31,20 @@ use inputs::{contiguous_as, InputTypes, Inputs};
 pub(crate) const FUSED_MAX_CHUNK: usize = 256;
 // `kernels::chunk_prep` runs a thread per position of a chunk in one cube of `TILE²` threads
 const _: () = assert!(FUSED_MAX_CHUNK <= kernels::TILE * kernels::TILE);
+
+/// Whether the fused scan was measured at least as fast as the tensor operations on runtime
+/// `R` for inputs of type `dtype`, training and forward (`docs/performance.md`): on Wgpu in
+/// `f32`, measured on Mesa's lavapipe (`bench --device wgpu --ssd fused` against `--ssd
+/// tensor-ops`, alternating). Not yet on Cuda or any other runtime: no GPU has run it
+/// (`scripts/cuda-check.sh` measures both).
+fn measured<R: CubeRuntime>(dtype: DType) -> bool {
+    #[cfg(feature = "wgpu")]
+    if std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn::backend::wgpu::WgpuRuntime>() {
+        return matches!(dtype, DType::F32);
+    }
+    let _ = dtype;
+    false
+}
 
 impl<R, F, I, BT> SsdBackend for CubeBackend<R, F, I, BT>
 where
@@ -48,7 +64,9 @@ where
     }
 
     fn has_fused_ssd(dtype: DType, chunk_size: usize) -> bool {
-        matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && chunk_size <= FUSED_MAX_CHUNK
+        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+            && chunk_size <= FUSED_MAX_CHUNK
+            && fused_runs(measured::<R>(dtype))
     }
 
     fn ssd_chunked_backward(

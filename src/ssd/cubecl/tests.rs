@@ -70,6 +70,7 @@ fn fused_matches_tensor_ops_on_cuda() {
 /// About 45 GB of device memory: Cuda only (WGSL has no 64-bit integers).
 #[cfg(feature = "cuda")]
 fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
+    crate::ssd::set_fused_kernels_mode(crate::ssd::FusedKernels::Always);
     let (b, h, p, g, n, q) = (1, 72, 2, 72, 2, 256);
     let l = 960 * q;
     assert!(b * (l / q) * g * q * q > u32::MAX as usize);
