@@ -252,9 +252,10 @@ where
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FusedKernels {
     /// The fused kernels where they were measured at least as fast as the tensor operations,
-    /// per backend and type (the default): NdArray in `f32` and `f64`, Wgpu in the types
-    /// measured on Mesa's lavapipe (`docs/performance.md`); the tensor operations on Cuda and
-    /// other CubeCL runtimes until a measurement there says otherwise.
+    /// per backend and type (the default): NdArray in `f32` and `f64`, Wgpu in `f32` and
+    /// `f16` (measured on Mesa's lavapipe); the tensor operations elsewhere (Cuda and the
+    /// other CubeCL runtimes, Wgpu in `bf16`) until a measurement there says otherwise
+    /// (`docs/fused-scan.md`, "Default path").
     #[default]
     Measured,
     /// The fused kernels wherever a backend has them (any type and chunk length they take).

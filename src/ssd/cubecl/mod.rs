@@ -33,14 +33,14 @@ pub(crate) const FUSED_MAX_CHUNK: usize = 256;
 const _: () = assert!(FUSED_MAX_CHUNK <= kernels::TILE * kernels::TILE);
 
 /// Whether the fused scan was measured at least as fast as the tensor operations on runtime
-/// `R` for inputs of type `dtype`, training and forward (`docs/performance.md`): on Wgpu in
-/// `f32`, measured on Mesa's lavapipe (`bench --device wgpu --ssd fused` against `--ssd
-/// tensor-ops`, alternating). Not yet on Cuda or any other runtime: no GPU has run it
-/// (`scripts/cuda-check.sh` measures both).
+/// `R` for inputs of type `dtype`, training and forward (`docs/fused-scan.md`, "Default path"):
+/// on Wgpu in `f32` and `f16`, measured on Mesa's lavapipe (`bench --device wgpu --ssd fused`
+/// against `--ssd tensor-ops`, alternating; lavapipe has no `bf16`). Not yet on Cuda or any
+/// other runtime: no GPU has run it (`scripts/cuda-check.sh` measures both).
 fn measured<R: CubeRuntime>(dtype: DType) -> bool {
     #[cfg(feature = "wgpu")]
     if std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn::backend::wgpu::WgpuRuntime>() {
-        return matches!(dtype, DType::F32);
+        return matches!(dtype, DType::F32 | DType::F16);
     }
     let _ = dtype;
     false
