@@ -38,11 +38,17 @@ const _: () = assert!(FUSED_MAX_CHUNK <= kernels::TILE * kernels::TILE);
 /// against `--ssd tensor-ops`, alternating; lavapipe has no `bf16`). Not yet on Cuda or any
 /// other runtime: no GPU has run it (`scripts/cuda-check.sh` measures both).
 fn measured<R: CubeRuntime>(dtype: DType) -> bool {
+    is_wgpu::<R>() && matches!(dtype, DType::F32 | DType::F16)
+}
+
+/// Whether `R` is Wgpu's runtime (known with the `wgpu` feature; without it, `false`).
+#[cfg_attr(not(feature = "wgpu"), allow(clippy::extra_unused_type_parameters))]
+fn is_wgpu<R: CubeRuntime>() -> bool {
     #[cfg(feature = "wgpu")]
-    if std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn::backend::wgpu::WgpuRuntime>() {
-        return matches!(dtype, DType::F32 | DType::F16);
+    {
+        std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn::backend::wgpu::WgpuRuntime>()
     }
-    let _ = dtype;
+    #[cfg(not(feature = "wgpu"))]
     false
 }
 
