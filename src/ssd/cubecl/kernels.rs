@@ -292,71 +292,45 @@ fn tile_product<F: Float>(
     }
 }
 
-/// Loads a [`quad_tile`] from a matrix of `src` whose rows are `k`: element `(k, c)` from
-/// `src[first + k·row_stride + c]` where `first_k + k < k_end` and `first_col + c < col_end`,
-/// zero elsewhere. Each of the cube's `UNITS²` threads loads `PER` quads, adjacent threads
-/// adjacent quads of a row.
+/// Loads a [`quad_tile`] from a matrix of `src`: element `(r, c)` from `src[first +
+/// r·row_stride + c]` where `first_row + r < row_end` and `first_col + c < col_end`, zero
+/// elsewhere; the matrix's rows are `k` with `k_along_rows` (the tile holds it as it is), its
+/// columns without (the tile holds its transpose). Each of the cube's `UNITS²` threads loads
+/// `PER` quads; adjacent threads read adjacent elements of a row of `src`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_rows<F: Float, E: Float>(
-    src: &Tensor<E>,
-    tile: &mut SharedMemory<Quad<F>>,
-    first: usize,
-    row_stride: usize,
-    first_k: usize,
-    k_end: usize,
-    first_col: usize,
-    col_end: usize,
-    unit: usize,
-) {
-    #[unroll]
-    for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
-        let e = unit + m * UNITS * UNITS;
-        let k = e / UNITS;
-        let quad = e % UNITS;
-        let mut value = Quad::<F>::new(F::new(0.0));
-        if first_k + k < k_end {
-            #[unroll]
-            for w in 0..PER {
-                let c = quad * PER + w;
-                if first_col + c < col_end {
-                    value[w] = F::cast_from(src[first + k * row_stride + c]);
-                }
-            }
-        }
-        tile[e] = value;
-    }
-}
-
-/// Loads a [`quad_tile`] from a matrix of `src` whose columns are `k`: element `(r, k)` from
-/// `src[first + r·row_stride + k]` where `first_row + r < row_end` and `first_k + k < k_end`,
-/// zero elsewhere. Adjacent threads read adjacent elements of a row.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_columns<F: Float, E: Float>(
+fn load_quads<F: Float, E: Float>(
     src: &Tensor<E>,
     tile: &mut SharedMemory<Quad<F>>,
     first: usize,
     row_stride: usize,
     first_row: usize,
     row_end: usize,
-    first_k: usize,
-    k_end: usize,
+    first_col: usize,
+    col_end: usize,
     unit: usize,
+    #[comptime] k_along_rows: bool,
 ) {
     #[unroll]
     for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
         let e = unit + m * UNITS * UNITS;
-        let k = e % BLOCK;
-        let quad = e / BLOCK;
+        let mut k = e % BLOCK;
+        let mut quad = e / BLOCK;
+        if k_along_rows {
+            k = e / UNITS;
+            quad = e % UNITS;
+        }
         let mut value = Quad::<F>::new(F::new(0.0));
-        if first_k + k < k_end {
-            #[unroll]
-            for w in 0..PER {
-                let r = quad * PER + w;
-                if first_row + r < row_end {
-                    value[w] = F::cast_from(src[first + r * row_stride + k]);
-                }
+        #[unroll]
+        for w in 0..PER {
+            let mut r = quad * PER + w;
+            let mut c = k;
+            if k_along_rows {
+                r = k;
+                c = quad * PER + w;
+            }
+            if first_row + r < row_end && first_col + c < col_end {
+                value[w] = F::cast_from(src[first + r * row_stride + c]);
             }
         }
         tile[k * UNITS + quad] = value;
@@ -577,7 +551,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
         let n0 = nt * BLOCK;
         let first_c = ((b * len + j * q + i0) * groups + g) * dim_n + n0;
-        load_columns::<F, E>(
+        load_quads::<F, E>(
             c_mat,
             &mut lhs,
             first_c,
@@ -587,10 +561,13 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             n0,
             dim_n,
             unit,
+            false,
         );
         // S[p0 + u, n0 + k], read along n
         let first_s = state + p0 * dim_n + n0;
-        load_columns::<F, F>(states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit);
+        load_quads::<F, F>(
+            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit, false,
+        );
         sync_cube();
         tile_product::<F>(&lhs, &rhs, &mut off, ty, tx);
         sync_cube();
@@ -608,7 +585,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         let s0 = (it - back) * BLOCK;
         load_steps::<F>(da, &mut steps, row + s0, s0, q, unit);
         let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-        load_rows::<F, E>(
+        load_quads::<F, E>(
             x,
             &mut rhs,
             first_x,
@@ -618,6 +595,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             p0,
             dim_p,
             unit,
+            true,
         );
         sync_cube();
         // the weights of the thread's rows i and columns s: each segment's terms within the
@@ -811,21 +789,21 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         let n0 = nt * BLOCK;
         let first_bc = ((b * len + j * q + s0) * groups + g) * dim_n + n0;
         let stride = groups * dim_n;
-        load_columns::<F, E>(
-            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit,
+        load_quads::<F, E>(
+            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit, false,
         );
-        load_columns::<F, E>(
-            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit,
+        load_quads::<F, E>(
+            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit, false,
         );
         // G[p0 + u, n0 + k] and S[j][p0 + u, n0 + k], read along n
         let (first_g, first_s) = (leaving + p0 * dim_n + n0, entering + p0 * dim_n + n0);
-        load_columns::<F, F>(
-            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit,
+        load_quads::<F, F>(
+            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit, false,
         );
-        load_columns::<F, F>(
-            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit,
+        load_quads::<F, F>(
+            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit, false,
         );
-        // the elements this thread loaded (as `load_columns` places them)
+        // the elements this thread loaded (where `load_quads` puts a transposed tile's)
         #[unroll]
         for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
             let e = unit + m * UNITS * UNITS;
@@ -869,8 +847,8 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         load_steps::<F>(da, &mut steps, row + i0, i0, q, unit);
         let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
         let stride = heads * dim_p;
-        load_rows::<F, E>(
-            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit,
+        load_quads::<F, E>(
+            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, true,
         );
         sync_cube();
         // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
@@ -1079,10 +1057,12 @@ pub(super) fn score_grads<F: Float, E: Float>(
             let stride = heads * dim_p;
             let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
             let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-            load_columns::<F, E>(
-                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit,
+            load_quads::<F, E>(
+                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
             );
-            load_columns::<F, E>(x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit);
+            load_quads::<F, E>(
+                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit, false,
+            );
             sync_cube();
             tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx);
             sync_cube();
