@@ -46,17 +46,12 @@ pub(crate) fn runs(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F64)
 }
 
-/// Whether the CPU scan and projections were measured at least as fast as burn-ndarray's own
-/// operations for inputs of type `dtype` (`docs/performance.md`, `bench --ssd fused` against
-/// `--ssd tensor-ops`): in `f32` and `f64`.
-fn measured(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F64)
-}
-
 /// Whether the CPU scan and projections run for inputs of type `dtype`, in the current
-/// [`super::backend::FusedKernels`] mode.
+/// [`super::backend::FusedKernels`] mode: every type they take was measured at least as fast
+/// as burn-ndarray's own operations (`f32` and `f64`: `docs/performance.md`, `bench --ssd
+/// fused` against `--ssd tensor-ops`).
 fn fused(dtype: DType) -> bool {
-    runs(dtype) && fused_runs(measured(dtype))
+    runs(dtype) && fused_runs(true)
 }
 
 /// The scan's sizes, after checking that the inputs' shapes agree; panics naming the tensor
