@@ -19,6 +19,26 @@ use crate::models::forecaster::Mamba2Forecaster;
 
 /// A forecaster that updates its state with each new observation (see the module
 /// documentation).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config, Mamba2ForecasterConfig, StreamingForecaster};
+///
+/// fn main() -> Result<(), mamba2_burn::Mamba2Error> {
+///     let device = Default::default();
+///     let mixer = Mamba2Config::new(32).with_d_state(16).with_headdim(16).with_chunk_size(32);
+///     // 3 variables in, the next 12 steps of each out; trained elsewhere, e.g. with train_forecaster
+///     let model = Mamba2ForecasterConfig::new(3, 3, 12, Mamba2BackboneConfig::new(2, mixer))
+///         .with_revin(false)
+///         .init::<NdArray<f32>>(&device)?;
+///     let mut stream = StreamingForecaster::new(&model)?;
+///     for tick in [[0.1f32, -0.3, 1.2], [0.2, -0.1, 1.0]] {
+///         let forecast = stream.push(&tick)?; // [horizon, n_targets], row-major
+///         assert_eq!(forecast.len(), 12 * 3);
+///     }
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Debug)]
 pub struct StreamingForecaster {
     input: CpuLinear,
