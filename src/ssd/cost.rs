@@ -16,7 +16,8 @@
 //!   written once (caches serve the re-reads, for example a group's scores read by each of its
 //!   heads);
 //! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
-//!   tensor cores (`f32` as TF32), `f32` outputs;
+//!   tensor cores (`f32` as TF32), `f32` outputs but for the per-head parts the tiled kernels
+//!   read (`C·S_inᵀ`, `B·G_outᵀ`), in the operand type;
 //! - the scan's tiled kernels: a cube of `8 × 8` threads per `BLOCK × BLOCK` tile of the output
 //!   (`4 × 4` elements each), their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
@@ -231,6 +232,19 @@ impl Plan {
 
     /// A product of `batch` matrices `[m, k] · [k, n]` of the operand type, written in `f32`.
     fn product(&mut self, name: &'static str, batch: usize, m: usize, n: usize, k: usize) {
+        self.product_to(name, batch, m, n, k, 4);
+    }
+
+    /// [`Plan::product`] written with `out_bytes` per element.
+    fn product_to(
+        &mut self,
+        name: &'static str,
+        batch: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        out_bytes: usize,
+    ) {
         let read = self.e(batch * (m * k + k * n));
         self.launches.push(Launch {
             name,
@@ -239,7 +253,7 @@ impl Plan {
             product_flops: 2.0 * (batch * m * n * k) as f64,
             other_flops: 0.0,
             bytes_read: read as f64,
-            bytes_written: self.f(batch * m * n) as f64,
+            bytes_written: (batch * m * n * out_bytes) as f64,
             cubes: batch * m.div_ceil(PRODUCT_TILE) * n.div_ceil(PRODUCT_TILE),
             serial: k,
             per_head_square: false,
@@ -337,23 +351,50 @@ impl Plan {
             chain,
         );
         self.product("C·Bᵀ", b * c * g, q, q, n);
-        self.product("chunk states (x·dt·to_end)ᵀ·B", b * c * g, r * p, n, q);
+        // with dy, the entering states' gradients (dy·exp(cs))ᵀ·C in the same product, the
+        // layouts stacked
+        if self.pass == Pass::Backward {
+            self.product(
+                "chunk states (x·dt·to_end)ᵀ·B and (dy·exp(cs))ᵀ·C",
+                2 * b * c * g,
+                r * p,
+                n,
+                q,
+            );
+        } else {
+            self.product("chunk states (x·dt·to_end)ᵀ·B", b * c * g, r * p, n, q);
+        }
         let initial = if self.s.initial_state {
             b * h * p * n
         } else {
             0
         };
         let states = b * (c + 1) * h * p * n;
-        // the states in f32 (and of a half operand type), and the final state alone
+        // the states in f32 (and in the forward, of a half operand type: the operand of
+        // C·S_inᵀ), and the final state alone
+        let copy = if self.pass == Pass::Forward {
+            self.operand_copy(states)
+        } else {
+            0
+        };
         self.kernel(
             "pass_states",
             b * h * p * n,
             3 * b * c * h * p * n,
             self.f(b * c * h * p * n + b * h * c + initial),
-            self.f(states + b * h * p * n) + self.operand_copy(states),
+            self.f(states + b * h * p * n) + copy,
             c,
             false,
         );
+    }
+
+    /// `stack` per-head parts `[q, n] · [n, r·p]` per group that a tiled kernel reads once,
+    /// written in the operand type: `C·S_inᵀ`, `B·G_outᵀ`.
+    fn head_parts(&mut self, name: &'static str, stack: usize) {
+        let (b, g, p, n, q) = (self.s.b, self.s.g, self.s.p, self.s.n, self.s.q);
+        let (c, r) = (self.s.c(), self.s.r());
+        let bytes = self.s.element_bytes;
+        self.product_to(name, stack * b * c * g, q, r * p, n, bytes);
     }
 }
 
@@ -361,54 +402,41 @@ impl Plan {
 pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
     let mut plan = Plan::new(s, Pass::Forward);
     let ScanShape {
-        b,
-        l,
-        h,
-        g,
-        p,
-        n,
-        q,
-        ..
+        b, l, h, g, p, q, ..
     } = s;
     let c = s.c();
     plan.recompute();
-    // the output, a cube per tile of (i, p) of each (b, j, h): the entering state's product over
-    // the tiles of n, then the weights and the intra-chunk product of each tile of s up to the
-    // diagonal
-    let (rows, cols, states) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK), n.div_ceil(BLOCK));
+    plan.head_parts("C·S_inᵀ", 1);
+    // the output, a cube per tile of (i, p) of each (b, j, h): the weights and the intra-chunk
+    // product of each tile of s up to the diagonal, then the entering state's part added
+    let (rows, cols) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK));
     let cubes = b * c * h * rows * cols;
     let pairs = rows * (rows + 1) / 2;
     let tile = BLOCK * BLOCK;
     // per tile column of (b, j, h): the tile pairs on and below the diagonal (a weight: its
-    // segment's terms within the tile, an exp, two products; then the multiply-adds), and each
-    // row tile's tiles of n
+    // segment's terms within the tile, an exp, two products; then the multiply-adds), and the
+    // entering state's part (an exp, a multiply-add)
     let columns = b * c * h * cols;
-    let flops = columns * tile * (weighted_tiles(rows, pairs) + rows * states * 2 * BLOCK);
+    let flops = columns * tile * (weighted_tiles(rows, pairs) + 3 * rows);
     plan.tiled(
         "chunk_scan",
         LaunchKind::Tiled,
         cubes,
         flops,
-        plan.e(b * l * h * p + b * l * g * n)
-            + plan.f(b * l * h + b * c * g * q * q + 2 * b * h * c * q + b * c * h * p * n),
+        plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + 2 * b * h * c * q),
         plan.e(b * l * h * p),
-        states * BLOCK + rows * 2 * BLOCK,
+        rows * 2 * BLOCK,
     );
     plan.launches
 }
 
-/// The multiply-adds' FLOPs of [`forward_launches`]' `chunk_scan`: the entering states' output
-/// `C·S_inᵀ` and the intra-chunk product `M·x` over the tiles on and below the diagonal, at the
-/// tiles' sizes.
+/// The multiply-adds' FLOPs of [`forward_launches`]' `chunk_scan`: the intra-chunk product
+/// `M·x` over the tiles on and below the diagonal, at the tiles' sizes.
 pub fn chunk_scan_product_flops(s: ScanShape) -> f64 {
-    let (rows, cols, states) = (
-        s.q.div_ceil(BLOCK),
-        s.p.div_ceil(BLOCK),
-        s.n.div_ceil(BLOCK),
-    );
+    let (rows, cols) = (s.q.div_ceil(BLOCK), s.p.div_ceil(BLOCK));
     let columns = s.b * s.c() * s.h * cols;
     let pairs = rows * (rows + 1) / 2;
-    (columns * (pairs + rows * states) * 2 * BLOCK * BLOCK * BLOCK) as f64
+    (columns * pairs * 2 * BLOCK * BLOCK * BLOCK) as f64
 }
 
 /// The launches of the fused scan's gradient (`ssd/cubecl/backward.rs`), in order.
@@ -428,36 +456,37 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     let big_l = c * q;
     let states = b * (c + 1) * h * p * n;
     plan.recompute();
-    plan.product("(dy·exp(cs))ᵀ·C", b * c * g, r * p, n, q);
+    // the adjoints in f32, and the products' operands G_out and S_in
     plan.kernel(
         "pass_adjoints",
         b * h * p * n,
         3 * b * c * h * p * n,
-        plan.f(b * c * h * p * n + b * h * p * n + b * h * c),
-        plan.f(states + b * h * p * n) + plan.operand_copy(states),
+        plan.f(2 * b * c * h * p * n + b * h * p * n + b * h * c),
+        plan.f(states + b * h * p * n) + plan.e(2 * b * c * h * p * n),
         c,
         false,
     );
-    let (rows, cols, tiles_n) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK), n.div_ceil(BLOCK));
+    plan.head_parts("[B; C]·[G_out; S_in]ᵀ", 2);
+    let (rows, cols) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK));
     let tile = BLOCK * BLOCK;
     let pairs = rows * (rows + 1) / 2;
     // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
-    // B·Gᵀ and C·S_inᵀ over the tiles of n, then the weights and Mᵀ·dy over the tiles of i from
-    // the diagonal on, the terms summed over each tile's columns; the cubes of the first tile
-    // of s also sum ⟨G_out, S_in⟩ over their elements
+    // the weights and Mᵀ·dy over the tiles of i from the diagonal on, then with the per-head
+    // parts the terms, summed over each tile's columns; the cubes of the first tile of s also
+    // sum ⟨G_out, S_in⟩ over their rows of p
     let cubes = b * c * h * rows * cols;
     let columns = b * c * h * cols;
-    let flops = columns * tile * (weighted_tiles(rows, pairs) + rows * tiles_n * 4 * BLOCK)
-        + cubes * tile * 12;
+    let flops =
+        columns * tile * weighted_tiles(rows, pairs) + cubes * tile * 12 + 2 * b * c * h * p * n;
     plan.tiled(
         "chunk_scan_grads",
         LaunchKind::Tiled,
         cubes,
         flops,
-        plan.e(2 * b * l * h * p + 2 * b * l * g * n)
+        plan.e(4 * b * l * h * p)
             + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
         plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
-        tiles_n * BLOCK + rows * 2 * BLOCK + BLOCK,
+        rows * 2 * BLOCK + (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
     );
     // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
     // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
@@ -481,10 +510,15 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * BLOCK + 1)),
         r * (cols * BLOCK + 3 * BLOCK),
     );
-    plan.product("dC: (dy·exp(cs))·S_in", b * c * g, q, n, r * p);
+    plan.product(
+        "dB, dC: [x·dt·to_end; dy·exp(cs)]·[G_out; S_in]",
+        2 * b * c * g,
+        q,
+        n,
+        r * p,
+    );
     plan.product("dC: d(C·Bᵀ)·B", b * c * g, q, n, q);
     plan.product("dB: d(C·Bᵀ)ᵀ·C", b * c * g, q, n, q);
-    plan.product("dB: (x·dt·to_end)·G_out", b * c * g, q, n, r * p);
     // a cube of TILE² threads per (b, h, chunk), a thread per step: two scans, the pairs' sums
     // of its tile pairs, a tree sum for A
     let steps = (TILE * TILE).ilog2() as usize;

@@ -3,9 +3,12 @@
 //! ([`super::forward::recompute`]), nothing of `b·c·h·q²` elements is kept from the forward or
 //! made here. Per chunk `j` and head, with `G[j]` the gradient of the state entering chunk `j`:
 //!
-//! - `D[j] = (dy·exp(cs))ᵀ · C`, the entering state's gradient through the chunk's outputs,
-//!   and the adjoint recurrence `G[j] = D[j] + exp(Σ_chunk dA) · G[j+1]`, `G[c] = dS_final`
-//!   ([`super::kernels::pass_adjoints`]); `G[0]` is the initial state's gradient;
+//! - `D[j] = (dy·exp(cs))ᵀ · C`, the entering state's gradient through the chunk's outputs
+//!   (in the product of the recomputed chunk states), and the adjoint recurrence `G[j] = D[j] +
+//!   exp(Σ_chunk dA) · G[j+1]`, `G[c] = dS_final` ([`super::kernels::pass_adjoints`], which
+//!   also lays out `G[j+1]` and `S[j]` as the products' operands, stacked); `G[0]` is the
+//!   initial state's gradient;
+//! - the per-head parts `B · G[j+1]ᵀ` and `C · S[j]ᵀ` per group (one product, stacked);
 //! - `dx̃ = Mᵀ · dy + to_end · (B · G[j+1]ᵀ)`, `x̃ = x·dt` (`M` the intra-chunk matrix without
 //!   `dt`, computed tile by tile and never stored), then `dx = dt · dx̃`, with the log-decays'
 //!   terms at each position and `⟨G[j+1], S[j]⟩` ([`super::kernels::chunk_scan_grads`], one
@@ -14,7 +17,8 @@
 //!   the scores `C·Bᵀ`; times the scores, the pairs within the chunk that span each step
 //!   ([`super::kernels::score_grads`], one launch);
 //! - `dC = (dy·exp(cs)) · S_in + d(C·Bᵀ) · B`, `dB = d(C·Bᵀ)ᵀ · C + (x·dt·to_end) · G[j+1]`,
-//!   per group, then in their input layout ([`super::kernels::unchunk`], which also sums
+//!   per group (three products: the terms of `S_in` and `G[j+1]` stacked in one), then in their
+//!   input layout ([`super::kernels::unchunk`], which also sums
 //!   `A`'s gradient);
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
 //!   and from it those of `dt` and of `A` (per chunk).
@@ -24,9 +28,10 @@
 //! gradients of `x`, `B` and `C` in the model's type, the others in `f32`.
 
 use burn::tensor::Tensor;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{chunk_slots, operand_copy, product, rank5, recompute, Dims};
+use super::forward::{part, product, product_as, rank5, recompute, Dims};
 use super::inputs::Inputs;
 use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
@@ -56,48 +61,47 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let tensor = rank5::<R, F, I, BT>;
     let d = Dims::of(f);
-    let (b, l, h, g, p, n, q, c) = (d.b, d.l, d.h, d.g, d.p, d.n, d.q, d.c);
+    let (b, l, h, g, r, p, n, q, c) = (d.b, d.l, d.h, d.g, d.r, d.p, d.n, d.q, d.c);
     let x = primitive(f.x.clone());
     let dt = primitive(f.dt.clone());
     let dy = primitive(grad_y);
     let s = recompute(f, d, Some(&dy));
     let layouts = &s.layouts;
-    // dy·exp(cs) per group
-    let dyw = layouts.dyw.clone().expect("dy's layout");
+    let part = |stacked: &CubeTensor<R>, which| part::<R, F, I, BT>(stacked, which);
 
-    // the adjoint states
-    let direct = product(
-        tensor(dyw.clone()).swap_dims(3, 4),
-        tensor(layouts.cc.clone()),
-    );
+    // the adjoint states, and the products' operands G[j+1] and S[j] per group
+    let direct = s.direct.clone().expect("the entering states' gradients");
     let adjoints = empty(&x, [b, c + 1, h, p, n]);
-    let (with_e, adjoints_e) = operand_copy(&adjoints, d);
+    let operands = empty_as(&x, [2, b, c, g, r * p, n], d.e);
     let first = empty(&x, [b, h, p, n]);
     let grad_state = primitive(grad_state);
     let cs = s.decays.cs.clone();
+    let states = &s.states;
     launch!(
         pass_adjoints, b * h * p * n;
-        grad_state, cs, direct, adjoints, adjoints_e, first;
-        d.sizes(), with_e, types(d.e),
+        grad_state, cs, direct, states, adjoints, operands, first;
+        d.sizes(), types(d.e),
     );
-    let adjoints_e = if with_e { adjoints_e } else { adjoints.clone() };
-    // G[j+1] and S[j] per group, [b, c, g, r·p, n] (views) of the operand type
-    let leaving_e = chunk_slots::<R, F, I, BT>(&adjoints_e, 1, d);
-    let s_in_e = chunk_slots::<R, F, I, BT>(&s.states_e, 0, d);
+    let stacked = |t: &CubeTensor<R>| float::<CubeBackend<R, F, I, BT>, 6>(t.clone());
+    // the per-head parts [B; C] · [G[j+1]; S[j]]ᵀ per group, [2, b, c, g, q, r·p]: B·G[j+1]ᵀ
+    // and C·S[j]ᵀ
+    let parts = product_as(
+        stacked(&layouts.bc),
+        stacked(&operands).swap_dims(4, 5),
+        d.e,
+    );
+    let (leaving, entering) = (primitive(part(&parts, 0)), primitive(part(&parts, 1)));
 
     // x, and the log-decays' terms at each position
     let grad_x = empty_as(&x, [b, l, h, p], d.e);
     let terms = empty(&x, [3, b, h, c * q, p.div_ceil(BLOCK)]);
     let outside = empty(&x, [b, c, h, p.div_ceil(BLOCK)]);
-    let (b_mat, c_mat) = (primitive(f.b_mat.clone()), primitive(f.c_mat.clone()));
-    let (states, adjoints_f32) = (&s.states, &adjoints);
     let (da, to_end) = (&s.decays.da, &s.decays.to_end);
     let cb = &s.cb;
     launch!(
         chunk_scan_grads, blocks b * c * h * q.div_ceil(BLOCK) * p.div_ceil(BLOCK);
-        x, dt, dy, b_mat, c_mat, cb, da, cs, to_end, states, adjoints_f32, grad_x, terms, outside;
+        x, dt, dy, cb, da, cs, to_end, entering, leaving, states, adjoints, grad_x, terms, outside;
         d.sizes(), types(d.e),
     );
 
@@ -112,11 +116,13 @@ where
     );
 
     // B and C
-    let grad_cb = tensor(grad_cb);
-    let grad_c1 = product(tensor(dyw), s_in_e);
-    let grad_c2 = product(grad_cb.clone(), tensor(layouts.bc.clone()));
-    let grad_b1 = product(grad_cb.swap_dims(3, 4), tensor(layouts.cc.clone()));
-    let grad_b2 = product(tensor(layouts.xw.clone()), leaving_e);
+    let grad_cb = rank5::<R, F, I, BT>(grad_cb);
+    // [x·dt·to_end; dy·exp(cs)] · [G[j+1]; S[j]], [2, b, c, g, q, n]: dB's second term and
+    // dC's first
+    let terms_bc = product(stacked(&layouts.xw), stacked(&operands));
+    let (grad_b2, grad_c1) = (primitive(part(&terms_bc, 0)), primitive(part(&terms_bc, 1)));
+    let grad_c2 = product(grad_cb.clone(), part(&layouts.bc, 0));
+    let grad_b1 = product(grad_cb.swap_dims(3, 4), part(&layouts.bc, 1));
     // the log-decays, dt and A's parts per chunk
     let grad_da = empty(&x, [b, l, h]);
     let grad_dt = empty(&x, [b, l, h]);

@@ -8,16 +8,20 @@
 //! 2. the chunk layouts: `x·dt·to_end` per group, `B` and `C` (the gradient also lays out
 //!    `dy·exp(cs)`): with step 1, one launch ([`kernels::chunk_prep`]);
 //! 3. the scores `C·Bᵀ`, once per group (a product);
-//! 4. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product);
+//! 4. the chunk states from zero, `(x·dt·to_end)ᵀ · B` per group (a product; the gradient's
+//!    `(dy·exp(cs))ᵀ · C` in the same one, the two layouts stacked);
 //! 5. the states entering each chunk ([`kernels::pass_states`]);
-//! 6. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout, `M = (C·Bᵀ) ⊙ L ⊙ dt` each head's
+//! 6. the entering states' part of the output, `C·S_inᵀ` per group (a product);
+//! 7. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout, `M = (C·Bᵀ) ⊙ L ⊙ dt` each head's
 //!    intra-chunk matrix with `L` the decay matrix, computed tile by tile in shared memory and
 //!    never stored ([`kernels::chunk_scan`], one launch).
 //!
 //! Types: the products' operands (the layouts of `x`, `B`, `C` and `dy`, `M`, the states as an
 //! operand) are in the model's type, `f16` or `bf16` where it is half precision, `f32`
-//! otherwise; the products accumulate and write `f32`; the decays, the states and every sum
-//! of the kernels are `f32`.
+//! otherwise; the products accumulate in `f32` and write `f32`, but for the per-head parts
+//! that the tiled kernels read once (`C·S_inᵀ`, and in the gradient `B·G_outᵀ`): those are
+//! transient, of the size of `x`, and in the model's type; the decays, the states and every
+//! sum of the kernels are `f32`.
 
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::kernel::matmul::{matmul, MatmulStrategy};
@@ -84,12 +88,45 @@ where
     float::<CubeBackend<R, F, I, BT>, 5>(t)
 }
 
+/// Part `which` of a stacked `[k, b, c, g, q, w]` tensor, `[b, c, g, q, w]`: a view (narrowed
+/// along the stack, then reshaped while contiguous; a copy only where the part's offset breaks
+/// the device's alignment).
+pub(super) fn part<R, F, I, BT>(
+    stacked: &CubeTensor<R>,
+    which: usize,
+) -> Tensor<CubeBackend<R, F, I, BT>, 5>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let t = float::<CubeBackend<R, F, I, BT>, 6>(stacked.clone());
+    let [_, b, c, g, q, w] = t.dims();
+    t.narrow(0, which, 1).reshape([b, c, g, q, w])
+}
+
 /// The product `lhs · rhs` of two `[.., m, k]`, `[.., k, n]` tensors of the operand type through
-/// Burn's matmul (autotuned; tensor cores where the device has them), accumulated and written
-/// in `f32`.
-pub(super) fn product<R, F, I, BT>(
-    lhs: Tensor<CubeBackend<R, F, I, BT>, 5>,
-    rhs: Tensor<CubeBackend<R, F, I, BT>, 5>,
+/// Burn's matmul (autotuned; tensor cores where the device has them), accumulated in `f32` and
+/// written in `f32`.
+pub(super) fn product<R, F, I, BT, const D: usize>(
+    lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
+    rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
+) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    product_as(lhs, rhs, DType::F32)
+}
+
+/// [`product`] written in `out`'s type.
+pub(super) fn product_as<R, F, I, BT, const D: usize>(
+    lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
+    rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
+    out: DType,
 ) -> CubeTensor<R>
 where
     R: CubeRuntime,
@@ -103,7 +140,7 @@ where
         primitive(rhs),
         None,
         MatmulStrategy::default(),
-        DType::F32,
+        out,
     )
     .unwrap_or_else(|e| panic!("the scan's product {lhs_dims:?} · {rhs_dims:?}: {e:?}"))
 }
@@ -116,13 +153,12 @@ pub(super) struct Decays<R: CubeRuntime> {
     pub(super) to_end: CubeTensor<R>,
 }
 
-/// The chunk layouts, of the operand type: `x·dt·to_end` and, given the output's gradient
-/// `dy`, `dy·exp(cs)`, per group `[b, c, g, q, r·p]`; `B` and `C` `[b, c, g, q, n]`.
+/// The chunk layouts, of the operand type, each stacked with its partner in the products:
+/// `x·dt·to_end` and, given the output's gradient `dy`, `dy·exp(cs)`, per group, `xw` `[1 +
+/// with_dy, b, c, g, q, r·p]`; `B` and `C`, `bc` `[2, b, c, g, q, n]` ([`part`] takes one).
 pub(super) struct Layouts<R: CubeRuntime> {
     pub(super) xw: CubeTensor<R>,
-    pub(super) dyw: Option<CubeTensor<R>>,
     pub(super) bc: CubeTensor<R>,
-    pub(super) cc: CubeTensor<R>,
 }
 
 /// Steps 1 and 2 in one launch ([`kernels::chunk_prep`]).
@@ -147,43 +183,38 @@ where
     let starts = f.starts.clone().map_or_else(|| unused(&dt), primitive);
     let size = [d.b, d.h, d.c * d.q];
     let (da, cs, to_end) = (empty(&dt, size), empty(&dt, size), empty(&dt, size));
-    let per_group = [d.b, d.c, d.g, d.q, d.r * d.p];
-    let xw = empty_as(&x, per_group, d.e);
     let with_dy = grad_y.is_some();
-    let (grad_y, dyw) = match grad_y {
-        Some(dy) => (dy.clone(), empty_as(&x, per_group, d.e)),
-        None => (unused(&x), unused(&x)),
-    };
-    let bc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
-    let cc = empty_as(&x, [d.b, d.c, d.g, d.q, d.n], d.e);
+    let grad_y = grad_y.cloned().unwrap_or_else(|| unused(&x));
+    let stack = 1 + usize::from(with_dy);
+    let xw = empty_as(&x, [stack, d.b, d.c, d.g, d.q, d.r * d.p], d.e);
+    let bc = empty_as(&x, [2, d.b, d.c, d.g, d.q, d.n], d.e);
     launch!(
         chunk_prep, tiles d.b * d.c * d.h;
-        x, dt, a, starts, grad_y, b_mat, c_mat, da, cs, to_end, xw, dyw, bc, cc;
+        x, dt, a, starts, grad_y, b_mat, c_mat, da, cs, to_end, xw, bc;
         d.sizes(), has_starts, with_dy, types(d.e),
     );
-    (
-        Decays { da, cs, to_end },
-        Layouts {
-            xw,
-            dyw: with_dy.then_some(dyw),
-            bc,
-            cc,
-        },
-    )
+    (Decays { da, cs, to_end }, Layouts { xw, bc })
 }
 
 /// Step 5: the states entering each chunk and the final one, `[b, c+1, h, p, n]`, from the
-/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`, of the
-/// operand type (the same tensor when that is `f32`), and the final state alone
-/// `[b, h, p, n]`.
+/// chunk states from zero `[b, c, h, p, n]` ([`kernels::pass_states`]): in `f32`; with
+/// `operand`, of the operand type too (the same tensor when that is `f32`; without, the `f32`
+/// tensor twice); and the final state alone `[b, h, p, n]`.
 pub(super) fn pass_states<R: CubeRuntime>(
     initial: Option<CubeTensor<R>>,
     cs: &CubeTensor<R>,
     chunk_states: CubeTensor<R>,
+    operand: bool,
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let states = empty(cs, [d.b, d.c + 1, d.h, d.p, d.n]);
-    let (with_e, states_e) = operand_copy(&states, d);
+    // a second copy in the operand type where that is not f32 (else the f32 states serve)
+    let with_e = operand && d.e != DType::F32;
+    let states_e = if with_e {
+        empty_as(cs, [d.b, d.c + 1, d.h, d.p, d.n], d.e)
+    } else {
+        unused(cs)
+    };
     let last = empty(cs, [d.b, d.h, d.p, d.n]);
     let has_initial = initial.is_some();
     let initial = initial.unwrap_or_else(|| unused(cs));
@@ -195,43 +226,15 @@ pub(super) fn pass_states<R: CubeRuntime>(
     (states.clone(), if with_e { states_e } else { states }, last)
 }
 
-/// Whether a recurrence writes its `f32` output `like` a second time in the operand type, and
-/// the buffer it writes it to (a placeholder when the operand type is `f32`: the `f32` output
-/// serves).
-pub(super) fn operand_copy<R: CubeRuntime>(like: &CubeTensor<R>, d: Dims) -> (bool, CubeTensor<R>) {
-    if d.e == DType::F32 {
-        (false, unused(like))
-    } else {
-        (true, empty_as(like, like.meta.shape().clone(), d.e))
-    }
-}
-
-/// Chunk slots `first..first + c` of a `[b, c+1, h, p, n]` recurrence, per group:
-/// `[b, c, g, r·p, n]`, a view (reshaped while contiguous, then narrowed: no copy). Slot 0 on:
-/// the states entering each chunk; slot 1 on: the adjoints of the states leaving them.
-pub(super) fn chunk_slots<R, F, I, BT>(
-    states: &CubeTensor<R>,
-    first: usize,
-    d: Dims,
-) -> Tensor<CubeBackend<R, F, I, BT>, 5>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    rank5::<R, F, I, BT>(states.clone())
-        .reshape([d.b, d.c + 1, d.g, d.r * d.p, d.n])
-        .narrow(1, first, d.c)
-}
-
 /// What the backward recomputes of the forward: the decays, the chunk layouts, the scores
-/// `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]` (in `f32`, and of the operand
-/// type).
+/// `C·Bᵀ` `[b, c, g, q, q]` and the states `[b, c+1, h, p, n]` (in `f32`, and in the forward of
+/// the operand type); given `dy`, the entering states' gradients through the chunks' outputs, `(dy·
+/// exp(cs))ᵀ · C` `[b, c, g, r·p, n]`.
 pub(super) struct Recomputed<R: CubeRuntime> {
     pub(super) decays: Decays<R>,
     pub(super) layouts: Layouts<R>,
     pub(super) cb: CubeTensor<R>,
+    pub(super) direct: Option<CubeTensor<R>>,
     pub(super) states: CubeTensor<R>,
     pub(super) states_e: CubeTensor<R>,
     /// the final state `[b, h, p, n]`
@@ -251,27 +254,55 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let tensor = rank5::<R, F, I, BT>;
     let (decays, layouts) = prepare(f, grad_y, d);
-    let (xw, bc, cc) = (&layouts.xw, &layouts.bc, &layouts.cc);
+    let (xw, bc) = (&layouts.xw, &layouts.bc);
+    let (b_part, c_part) = (part::<R, F, I, BT>(bc, 0), part::<R, F, I, BT>(bc, 1));
     // step 3: C·Bᵀ once per group
-    let cb = product(tensor(cc.clone()), tensor(bc.clone()).swap_dims(3, 4));
-    // step 4: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n]
-    let chunk_states = product(tensor(xw.clone()).swap_dims(3, 4), tensor(bc.clone()));
+    let cb = product(c_part, b_part.swap_dims(3, 4));
+    // step 4: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n], and with dy
+    // the entering states' gradients (dy·exp(cs))ᵀ·C: [xw; dyw]ᵀ · [B; C], one product
+    let stack = xw.meta.shape()[0];
+    let sums = product(
+        float::<CubeBackend<R, F, I, BT>, 6>(xw.clone()).swap_dims(4, 5),
+        float::<CubeBackend<R, F, I, BT>, 6>(bc.clone()).narrow(0, 0, stack),
+    );
+    let chunk_states = primitive(part::<R, F, I, BT>(&sums, 0));
+    let direct = (stack > 1).then(|| primitive(part::<R, F, I, BT>(&sums, 1)));
+    // the states as an operand: of the forward's C·S_inᵀ (the gradient's products take
+    // them from the adjoint recurrence)
     let (states, states_e, last) = pass_states(
         f.initial.clone().map(primitive),
         &decays.cs,
         chunk_states,
+        grad_y.is_none(),
         d,
     );
     Recomputed {
         decays,
         layouts,
         cb,
+        direct,
         states,
         states_e,
         last,
     }
+}
+
+/// Step 6: the entering states' part of the output, `C·S_inᵀ` per group `[b, c, g, q, r·p]`,
+/// of the operand type: the states' slots `0..c` per group `[b, c, g, r·p, n]` are a view
+/// (reshaped while contiguous, then narrowed: no copy).
+fn entering_part<R, F, I, BT>(s: &Recomputed<R>, d: Dims) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let s_in = rank5::<R, F, I, BT>(s.states_e.clone())
+        .reshape([d.b, d.c + 1, d.g, d.r * d.p, d.n])
+        .narrow(1, 0, d.c);
+    let c_part = part::<R, F, I, BT>(&s.layouts.bc, 1);
+    product_as(c_part, s_in.swap_dims(3, 4), d.e)
 }
 
 /// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the final state
@@ -287,18 +318,16 @@ where
 {
     let d = Dims::of(f);
     let s = recompute(f, d, None);
-    let (x, dt, c_mat) = (
-        primitive(f.x.clone()),
-        primitive(f.dt.clone()),
-        primitive(f.c_mat.clone()),
-    );
+    let (x, dt) = (primitive(f.x.clone()), primitive(f.dt.clone()));
     // step 6
+    let entering = entering_part::<R, F, I, BT>(&s, d);
+    // step 7
     let y = empty_as(&x, [d.b, d.l, d.h, d.p], d.e);
-    let (cb, da, cs, states) = (&s.cb, &s.decays.da, &s.decays.cs, &s.states);
+    let (cb, da, cs) = (&s.cb, &s.decays.da, &s.decays.cs);
     let blocks = d.b * d.c * d.h * d.q.div_ceil(kernels::BLOCK) * d.p.div_ceil(kernels::BLOCK);
     launch!(
         chunk_scan, blocks blocks;
-        x, dt, c_mat, cb, da, cs, states, y;
+        x, dt, cb, entering, da, cs, y;
         d.sizes(), types(d.e),
     );
     (y, s.last)

@@ -63,10 +63,10 @@ fn scans<F: Float>(up: &mut SharedMemory<F>, down: &mut SharedMemory<F>, i: usiz
 /// dt[t]·a + starts[t]·(-10⁴)`, their inclusive sums within the chunk `cs` and the decay from
 /// each position to the chunk's end `to_end[i] = exp(Σ_{k=i+1}^{q-1} dA[k])` (all `[b, h,
 /// c·q]`); the head's columns of the chunk layouts that the products read, zero-padded to `c·q`
-/// positions, per group (the heads of a group side by side): `x·dt·to_end` `[b, c, g, q, r·p]`
-/// (the chunk states' operand) and, with `with_dy`, `dy·exp(cs)` `[b, c, g, q, r·p]` (the
-/// entering states' gradients'); and, from the first head of each group, `B` and `C` `[b, c, g,
-/// q, n]`. One cube of `TILE²` threads per `(b, chunk, h)`, a thread per position for the
+/// positions, per group (the heads of a group side by side), each stacked with its partner in
+/// the products: `x·dt·to_end` (the chunk states' operand) and, with `with_dy`, `dy·exp(cs)`
+/// (the entering states' gradients') in `xw` `[1 + with_dy, b, c, g, q, r·p]`; and, from the
+/// first head of each group, `B` and `C` in `bc` `[2, b, c, g, q, n]`. One cube of `TILE²` threads per `(b, chunk, h)`, a thread per position for the
 /// decays (chunks of at most `TILE²`): both sums are scans in shared memory (Hillis and
 /// Steele's, `log₂ TILE²` steps), sums of terms, never differences; then the cube's threads
 /// stride over the chunk's elements.
@@ -83,10 +83,8 @@ pub(super) fn chunk_prep<F: Float, E: Float>(
     da: &mut Tensor<F>,     // [b, h, c·q]
     cs: &mut Tensor<F>,     // [b, h, c·q]
     to_end: &mut Tensor<F>, // [b, h, c·q]
-    xw: &mut Tensor<E>,     // [b, c, g, q, r·p]
-    dyw: &mut Tensor<E>,    // [b, c, g, q, r·p] (written when with_dy)
-    bc: &mut Tensor<E>,     // [b, c, g, q, n]
-    cc: &mut Tensor<E>,     // [b, c, g, q, n]
+    xw: &mut Tensor<E>,     // [1 + with_dy, b, c, g, q, r·p]
+    bc: &mut Tensor<E>,     // [2, b, c, g, q, n]
     z: Sizes,
     #[comptime] has_starts: bool,
     #[comptime] with_dy: bool,
@@ -150,6 +148,9 @@ pub(super) fn chunk_prep<F: Float, E: Float>(
     let r = heads / groups;
     let g = h / r;
     let block = ((b * chunks + j) * groups + g) * q;
+    // where the second of each stacked pair starts
+    let dy_part = z.batch * chunks * q * heads * dim_p;
+    let c_part = z.batch * chunks * groups * q * dim_n;
     let mut e = UNIT_POS as usize;
     while e < q * dim_p {
         let pos = e / dim_p;
@@ -167,7 +168,7 @@ pub(super) fn chunk_prep<F: Float, E: Float>(
         }
         xw[dst] = E::cast_from(x_scaled);
         if with_dy {
-            dyw[dst] = E::cast_from(dy_scaled);
+            xw[dy_part + dst] = E::cast_from(dy_scaled);
         }
         e += size;
     }
@@ -181,10 +182,10 @@ pub(super) fn chunk_prep<F: Float, E: Float>(
             if tt < len {
                 let src = ((b * len + tt) * groups + g) * dim_n + e % dim_n;
                 bc[dst] = b_mat[src];
-                cc[dst] = c_mat[src];
+                bc[c_part + dst] = c_mat[src];
             } else {
                 bc[dst] = E::new(0.0);
-                cc[dst] = E::new(0.0);
+                bc[c_part + dst] = E::new(0.0);
             }
             e += size;
         }
@@ -489,26 +490,24 @@ fn segment_sums<F: Float>(
 }
 
 /// A chunk's output in the input's layout, `y` `[b, l, h, p]`, with the decay applied inside
-/// the tiles of its two products, so that no per-head `q × q` matrix reaches memory:
-/// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · C_i ·
-/// S[j]`, from the group's scores `C·Bᵀ` and the state entering the chunk. One cube per
-/// `BLOCK × BLOCK` tile of rows `i` and columns `p` of a `(b, j, h)`: first the entering
-/// state's product over tiles of `n`, then the intra-chunk product over the tiles of `s` from
-/// the diagonal back to the chunk's start. Each tile's weights `(C_i · B_s) · exp(…) · dt_s` are
-/// computed once in shared memory; the segment sum of a weight is its own terms within the tile
-/// plus, carried per row, the sum of the terms of the tiles after it (sums of terms, never a
-/// difference of prefix sums).
+/// the tiles of the intra-chunk product, so that no per-head `q × q` matrix reaches memory:
+/// `y_i = Σ_{s ≤ i} (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k]) · dt_s · x_s + exp(cs_i) · (C_i ·
+/// S[j]ᵀ)`, from the group's scores `C·Bᵀ` and the entering state's part `C·S[j]ᵀ` (both
+/// products). One cube per `BLOCK × BLOCK` tile of rows `i` and columns `p` of a `(b, j, h)`,
+/// over the tiles of `s` from the diagonal back to the chunk's start. Each tile's weights
+/// `(C_i · B_s) · exp(…) · dt_s` are computed once in shared memory; the segment sum of a weight
+/// is its own terms within the tile plus, carried per row, the sum of the terms of the tiles
+/// after it (sums of terms, never a difference of prefix sums).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunk_scan<F: Float, E: Float>(
-    x: &Tensor<E>,      // [b, l, h, p]
-    dt: &Tensor<F>,     // [b, l, h]
-    c_mat: &Tensor<E>,  // [b, l, g, n]
-    cb: &Tensor<F>,     // [b, c, g, q, q]
-    da: &Tensor<F>,     // [b, h, c·q]
-    cs: &Tensor<F>,     // [b, h, c·q]
-    states: &Tensor<F>, // [b, c+1, h, p, n]
-    y: &mut Tensor<E>,  // [b, l, h, p]
+    x: &Tensor<E>,        // [b, l, h, p]
+    dt: &Tensor<F>,       // [b, l, h]
+    cb: &Tensor<F>,       // [b, c, g, q, q]
+    entering: &Tensor<E>, // [b, c, g, q, r·p]: C·S[j]ᵀ per group
+    da: &Tensor<F>,       // [b, h, c·q]
+    cs: &Tensor<F>,       // [b, h, c·q]
+    y: &mut Tensor<E>,    // [b, l, h, p]
     z: Sizes,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
@@ -516,7 +515,6 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let heads = z.heads;
     let groups = z.groups;
     let dim_p = z.dim_p;
-    let dim_n = z.dim_n;
     let chunks = z.chunks;
     let q = z.q;
     let row_tiles = (q + BLOCK - 1) / BLOCK;
@@ -531,7 +529,9 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let h = (cube / (col_tiles * row_tiles)) % heads;
     let j = (cube / (col_tiles * row_tiles * heads)) % chunks;
     let b = cube / (col_tiles * row_tiles * heads * chunks);
-    let g = h / (heads / groups);
+    // heads per group
+    let hg = heads / groups;
+    let g = h / hg;
     let ty = UNIT_POS_Y as usize;
     let tx = UNIT_POS_X as usize;
     let unit = ty * UNITS + tx;
@@ -541,37 +541,9 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let mut lhs = quad_tile::<F>();
     let mut rhs = quad_tile::<F>();
     let mut steps = SharedMemory::<F>::new(BLOCK);
-    let mut off = zeros::<F>();
     let mut diag = zeros::<F>();
-
-    // the entering state's part, C_i · S[j]ᵀ, over tiles of n
-    let state = ((b * (chunks + 1) + j) * heads + h) * dim_p * dim_n;
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
-    for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
-        let n0 = nt * BLOCK;
-        let first_c = ((b * len + j * q + i0) * groups + g) * dim_n + n0;
-        load_quads::<F, E>(
-            c_mat,
-            &mut lhs,
-            first_c,
-            groups * dim_n,
-            i0,
-            valid,
-            n0,
-            dim_n,
-            unit,
-            false,
-        );
-        // S[p0 + u, n0 + k], read along n
-        let first_s = state + p0 * dim_n + n0;
-        load_quads::<F, F>(
-            states, &mut rhs, first_s, dim_n, p0, dim_p, n0, dim_n, unit, false,
-        );
-        sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut off, ty, tx);
-        sync_cube();
-    }
 
     // the intra-chunk part, over the tiles of s from the diagonal back
     let scores = ((b * chunks + j) * groups + g) * q * q;
@@ -637,6 +609,8 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
         sync_cube();
     }
+    // the group's row i of C·S[j]ᵀ, from the head's columns
+    let part = ((b * chunks + j) * groups + g) * q * hg * dim_p + (h % hg) * dim_p;
     #[unroll]
     for u in 0..PER {
         let i = i0 + ty * PER + u;
@@ -647,8 +621,9 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
             for v in 0..PER {
                 let pp = p0 + tx * PER + v;
                 if pp < dim_p {
+                    let state = F::cast_from(entering[part + i * hg * dim_p + pp]);
                     y[((b * len + t_i) * heads + h) * dim_p + pp] =
-                        E::cast_from(diag[u][v] + decay * off[u][v]);
+                        E::cast_from(diag[u][v] + decay * state);
                 }
             }
         }
@@ -658,20 +633,22 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
 /// The adjoint of the inter-chunk recurrence: `G[c] = dS_final`, `G[j] = D[j] + exp(Σ_chunk
 /// dA) · G[j+1]` into `adjoints` `[b, c+1, h, p, n]` (slot `j` the gradient of the state
 /// entering chunk `j`; slot 0 that of the initial state), with `D[j]` the gradient of the
-/// entering state through chunk `j`'s outputs. One thread per `(b, h, p, n)`, looping over the
-/// chunks backwards. With `with_e` the adjoints also in `E`, `adjoints_e`, the operand of the
-/// products; `G[0]` alone, `first` (contiguous: the initial state's gradient).
+/// entering state through chunk `j`'s outputs; `G[0]` alone, `first` (contiguous: the initial
+/// state's gradient). One thread per `(b, h, p, n)`, looping over the chunks backwards. It
+/// also writes the operands of the gradient's products in `E`, stacked so that one product
+/// serves two: `operands` `[2, b, c, h, p, n]`, the state leaving each chunk's gradient
+/// `G[j+1]` and the state entering it `S[j]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pass_adjoints<F: Float, E: Float>(
-    grad_final: &Tensor<F>,     // [b, h, p, n]
-    cs: &Tensor<F>,             // [b, h, c·q]
-    direct: &Tensor<F>,         // [b, c, h, p, n]
-    adjoints: &mut Tensor<F>,   // [b, c+1, h, p, n]
-    adjoints_e: &mut Tensor<E>, // [b, c+1, h, p, n] (written when with_e)
-    first: &mut Tensor<F>,      // [b, h, p, n]
+    grad_final: &Tensor<F>,   // [b, h, p, n]
+    cs: &Tensor<F>,           // [b, h, c·q]
+    direct: &Tensor<F>,       // [b, c, h, p, n]
+    states: &Tensor<F>,       // [b, c+1, h, p, n]
+    adjoints: &mut Tensor<F>, // [b, c+1, h, p, n]
+    operands: &mut Tensor<E>, // [2, b, c, h, p, n]
+    first: &mut Tensor<F>,    // [b, h, p, n]
     z: Sizes,
-    #[comptime] with_e: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let heads = z.heads;
@@ -686,38 +663,36 @@ pub(super) fn pass_adjoints<F: Float, E: Float>(
     let h = (id / per_head) % heads;
     let b = id / (per_head * heads);
     let row = (b * heads + h) * chunks * q;
+    // where the entering states start in `operands`
+    let entering = z.batch * chunks * heads * per_head;
     let mut g = grad_final[id];
-    let last = ((b * (chunks + 1) + chunks) * heads + h) * per_head + e;
-    adjoints[last] = g;
-    if with_e {
-        adjoints_e[last] = E::cast_from(g);
-    }
+    adjoints[((b * (chunks + 1) + chunks) * heads + h) * per_head + e] = g;
     for k in 0..chunks {
         let j = chunks - 1 - k;
-        g = direct[((b * chunks + j) * heads + h) * per_head + e]
-            + cs[row + j * q + q - 1].exp() * g;
-        let to = ((b * (chunks + 1) + j) * heads + h) * per_head + e;
-        adjoints[to] = g;
-        if with_e {
-            adjoints_e[to] = E::cast_from(g);
-        }
+        let at = ((b * chunks + j) * heads + h) * per_head + e;
+        let slot = ((b * (chunks + 1) + j) * heads + h) * per_head + e;
+        operands[at] = E::cast_from(g);
+        operands[entering + at] = E::cast_from(states[slot]);
+        g = direct[at] + cs[row + j * q + q - 1].exp() * g;
+        adjoints[slot] = g;
     }
     first[id] = g;
 }
 
 /// The gradients at each position from the chunk's outputs and its leaving state, with the
-/// decay applied inside the tiles of their products, so that no per-head `q × q` matrix reaches
-/// memory: `dx̃_s = Σ_{i ≥ s} M[i, s] · dy_i + to_end_s · (G · B_s)` (`M[i, s] = (C_i · B_s) ·
-/// exp(Σ_{k=s+1}^{i} dA[k])`, the intra-chunk matrix without `dt`; `G` the gradient of the state
-/// leaving the chunk), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the log-decays'
+/// decay applied inside the tiles of the intra-chunk product, so that no per-head `q × q`
+/// matrix reaches memory: `dx̃_s = Σ_{i ≥ s} M[i, s] · dy_i + to_end_s · (G · B_s)` (`M[i, s] =
+/// (C_i · B_s) · exp(Σ_{k=s+1}^{i} dA[k])`, the intra-chunk matrix without `dt`; `G` the
+/// gradient of the state leaving the chunk; `B·Gᵀ` and `C·S[j]ᵀ` are products, read per
+/// element), `dx = dt · dx̃` `[b, l, h, p]`, and three terms of the log-decays'
 /// gradient, each summed over one tile of `p` (`terms` `[3, b, h, c·q, ⌈p/BLOCK⌉]`, summed over
 /// the last axis by [`decay_scans`]): `u_s = exp(cs_s) · dy_s · (C_s · S[j])` (the entering
 /// state's output), `w_s = to_end_s · dt_s · x_s · (G · B_s)` (the chunk state's weight) and
 /// `x_s · dx̃_s` (`dt`'s gradient through `x̃ = x·dt`); and `⟨G, S[j]⟩`, the pairs across the
 /// chunk, summed over one tile of `p` (`outside` `[b, c, h, ⌈p/BLOCK⌉]`, by the cubes of the
 /// first tile of `s`). One cube of `UNITS × UNITS` threads per `BLOCK × BLOCK` tile of positions
-/// `s` and columns `p` of a `(b, j, h)`, as in [`chunk_scan`]: the products over tiles of `n`,
-/// then over the tiles of `i` from the diagonal to the chunk's end, the segment sums as there
+/// `s` and columns `p` of a `(b, j, h)`, as in [`chunk_scan`]: over the tiles of `i` from the
+/// diagonal to the chunk's end, the segment sums as there
 /// (each weight's own terms within its tile plus, carried per row, the terms of the tiles
 /// before it).
 #[cube(launch_unchecked, address_type = "dynamic")]
@@ -726,12 +701,12 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     x: &Tensor<E>,           // [b, l, h, p]
     dt: &Tensor<F>,          // [b, l, h]
     grad_y: &Tensor<E>,      // [b, l, h, p]
-    b_mat: &Tensor<E>,       // [b, l, g, n]
-    c_mat: &Tensor<E>,       // [b, l, g, n]
     cb: &Tensor<F>,          // [b, c, g, q, q]
     da: &Tensor<F>,          // [b, h, c·q]
     cs: &Tensor<F>,          // [b, h, c·q]
     to_end: &Tensor<F>,      // [b, h, c·q]
+    entering: &Tensor<E>,    // [b, c, g, q, r·p]: C·S[j]ᵀ per group
+    leaving: &Tensor<E>,     // [b, c, g, q, r·p]: B·G[j+1]ᵀ per group
     states: &Tensor<F>,      // [b, c+1, h, p, n]: slot j enters chunk j
     adjoints: &Tensor<F>,    // [b, c+1, h, p, n]: slot j+1 leaves chunk j
     grad_x: &mut Tensor<E>,  // [b, l, h, p]
@@ -759,7 +734,9 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let h = (cube / (col_tiles * row_tiles)) % heads;
     let j = (cube / (col_tiles * row_tiles * heads)) % chunks;
     let b = cube / (col_tiles * row_tiles * heads * chunks);
-    let g = h / (heads / groups);
+    // heads per group
+    let hg = heads / groups;
+    let g = h / hg;
     let ty = UNIT_POS_Y as usize;
     let tx = UNIT_POS_X as usize;
     let unit = ty * UNITS + tx;
@@ -768,60 +745,29 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     let row = (b * heads + h) * chunks * q + j * q;
     let mut lhs = quad_tile::<F>();
     let mut rhs = quad_tile::<F>();
-    let mut lhs2 = quad_tile::<F>();
-    let mut rhs2 = quad_tile::<F>();
     // the partial sums of the rows' threads, three per thread
     let mut partial = SharedMemory::<F>::new(3 * UNITS * BLOCK);
     let mut steps = SharedMemory::<F>::new(BLOCK);
-    let mut gb = zeros::<F>();
-    let mut off = zeros::<F>();
     let mut diag = zeros::<F>();
-
-    // B_s · Gᵀ and C_s · S[j]ᵀ, over tiles of n
-    let per_head = dim_p * dim_n;
-    let entering = ((b * (chunks + 1) + j) * heads + h) * per_head;
-    let leaving = entering + heads * per_head;
-    // ⟨G, S[j]⟩ over this cube's elements: read once by the cubes of the first tile of s
-    let mut dot = F::new(0.0);
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
-    for nt in 0..(dim_n + BLOCK - 1) / BLOCK {
-        let n0 = nt * BLOCK;
-        let first_bc = ((b * len + j * q + s0) * groups + g) * dim_n + n0;
-        let stride = groups * dim_n;
-        load_quads::<F, E>(
-            b_mat, &mut lhs, first_bc, stride, s0, valid, n0, dim_n, unit, false,
-        );
-        load_quads::<F, E>(
-            c_mat, &mut lhs2, first_bc, stride, s0, valid, n0, dim_n, unit, false,
-        );
-        // G[p0 + u, n0 + k] and S[j][p0 + u, n0 + k], read along n
-        let (first_g, first_s) = (leaving + p0 * dim_n + n0, entering + p0 * dim_n + n0);
-        load_quads::<F, F>(
-            adjoints, &mut rhs, first_g, dim_n, p0, dim_p, n0, dim_n, unit, false,
-        );
-        load_quads::<F, F>(
-            states, &mut rhs2, first_s, dim_n, p0, dim_p, n0, dim_n, unit, false,
-        );
-        // the elements this thread loaded (where `load_quads` puts a transposed tile's)
-        #[unroll]
-        for m in 0..BLOCK * UNITS / (UNITS * UNITS) {
-            let e = unit + m * UNITS * UNITS;
-            let at = (e % BLOCK) * UNITS + e / BLOCK;
-            let (adjoint, state) = (rhs[at], rhs2[at]);
-            #[unroll]
-            for w in 0..PER {
-                dot += adjoint[w] * state[w];
-            }
-        }
-        sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut gb, ty, tx);
-        tile_product::<F>(&lhs2, &rhs2, &mut off, ty, tx);
-        sync_cube();
-    }
+
     if st == 0 {
-        // the cube's sum, by its first thread in a fixed order: one synchronisation where a
-        // tree takes log₂ 64
+        // ⟨G, S[j]⟩ over the rows p0 … p0 + BLOCK of both, once per tile of p: each thread's
+        // share, then the cube's sum by its first thread in a fixed order (one
+        // synchronisation where a tree takes log₂ 64)
+        let per_head = dim_p * dim_n;
+        let first = ((b * (chunks + 1) + j) * heads + h) * per_head + p0 * dim_n;
+        let mut rows = dim_p - p0;
+        if rows > BLOCK {
+            rows = BLOCK;
+        }
+        let mut dot = F::new(0.0);
+        let mut e = unit;
+        while e < rows * dim_n {
+            dot += adjoints[first + heads * per_head + e] * states[first + e];
+            e += UNITS * UNITS;
+        }
         partial[unit] = dot;
         sync_cube();
         if unit == 0 {
@@ -889,7 +835,9 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         sync_cube();
     }
 
-    // dx, and the terms of the log-decays' gradient summed over the thread's columns
+    // dx, and the terms of the log-decays' gradient summed over the thread's columns; the
+    // group's rows s of B·Gᵀ and C·S[j]ᵀ, from the head's columns
+    let part = ((b * chunks + j) * groups + g) * q * hg * dim_p + (h % hg) * dim_p;
     #[unroll]
     for u in 0..PER {
         let r = ty * PER + u;
@@ -907,12 +855,14 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         #[unroll]
         for v in 0..PER {
             let pp = p0 + tx * PER + v;
-            let dxt = diag[u][v] + decay_end * gb[u][v];
             if s < q && t_s < len && pp < dim_p {
                 let at = ((b * len + t_s) * heads + h) * dim_p + pp;
+                let at_part = part + s * hg * dim_p + pp;
+                let gb = F::cast_from(leaving[at_part]);
+                let dxt = diag[u][v] + decay_end * gb;
                 let xv = F::cast_from(x[at]);
-                sum_u += F::cast_from(grad_y[at]) * off[u][v];
-                sum_w += xv * gb[u][v];
+                sum_u += F::cast_from(grad_y[at]) * F::cast_from(entering[at_part]);
+                sum_w += xv * gb;
                 sum_x += xv * dxt;
                 grad_x[at] = E::cast_from(step * dxt);
             }
