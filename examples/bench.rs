@@ -544,7 +544,9 @@ fn bench_ssd_train<B: SsdAutodiffBackend>(
         let leaves = [&input.x, &input.b, &input.c].map(|t| t.clone());
         let (dt, a) = (input.dt.clone(), input.a.clone());
         let (y, s) = ssd_chunked(input);
-        let grads = (y.powi_scalar(2).mean() + s.powi_scalar(2).mean()).backward();
+        // the state is f32 whatever the model's type: its term in y's type
+        let state_term = s.powi_scalar(2).mean().cast(y.dtype());
+        let grads = (y.powi_scalar(2).mean() + state_term).backward();
         for t in leaves {
             let _ = t.grad(&grads).map(|g| g.into_data());
         }
