@@ -27,11 +27,11 @@
 //! as operands, the scores' gradient) in the model's type, every sum in `f32`; the
 //! gradients of `x`, `B` and `C` in the model's type, the others in `f32`.
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{part, product, product_as, rank5, recompute, Dims};
+use super::forward::{part, product, rank5, recompute, Dims};
 use super::inputs::Inputs;
 use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
@@ -86,7 +86,7 @@ where
     let stacked = |t: &CubeTensor<R>| float::<CubeBackend<R, F, I, BT>, 6>(t.clone());
     // the per-head parts [B; C] · [G[j+1]; S[j]]ᵀ per group, [2, b, c, g, q, r·p]: B·G[j+1]ᵀ
     // and C·S[j]ᵀ
-    let parts = product_as(
+    let parts = product(
         stacked(&layouts.bc),
         stacked(&operands).swap_dims(4, 5),
         d.e,
@@ -119,10 +119,10 @@ where
     let grad_cb = rank5::<R, F, I, BT>(grad_cb);
     // [x·dt·to_end; dy·exp(cs)] · [G[j+1]; S[j]], [2, b, c, g, q, n]: dB's second term and
     // dC's first
-    let terms_bc = product(stacked(&layouts.xw), stacked(&operands));
+    let terms_bc = product(stacked(&layouts.xw), stacked(&operands), DType::F32);
     let (grad_b2, grad_c1) = (primitive(part(&terms_bc, 0)), primitive(part(&terms_bc, 1)));
-    let grad_c2 = product(grad_cb.clone(), part(&layouts.bc, 0));
-    let grad_b1 = product(grad_cb.swap_dims(3, 4), part(&layouts.bc, 1));
+    let grad_c2 = product(grad_cb.clone(), part(&layouts.bc, 0), DType::F32);
+    let grad_b1 = product(grad_cb.swap_dims(3, 4), part(&layouts.bc, 1), DType::F32);
     // the log-decays, dt and A's parts per chunk
     let grad_da = empty(&x, [b, l, h]);
     let grad_dt = empty(&x, [b, l, h]);

@@ -108,22 +108,8 @@ where
 
 /// The product `lhs · rhs` of two `[.., m, k]`, `[.., k, n]` tensors of the operand type through
 /// Burn's matmul (autotuned; tensor cores where the device has them), accumulated in `f32` and
-/// written in `f32`.
+/// written in `out`'s type.
 pub(super) fn product<R, F, I, BT, const D: usize>(
-    lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
-    rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
-) -> CubeTensor<R>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    product_as(lhs, rhs, DType::F32)
-}
-
-/// [`product`] written in `out`'s type.
-pub(super) fn product_as<R, F, I, BT, const D: usize>(
     lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
     rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
     out: DType,
@@ -258,13 +244,14 @@ where
     let (xw, bc) = (&layouts.xw, &layouts.bc);
     let (b_part, c_part) = (part::<R, F, I, BT>(bc, 0), part::<R, F, I, BT>(bc, 1));
     // step 3: C·Bᵀ once per group
-    let cb = product(c_part, b_part.swap_dims(3, 4));
+    let cb = product(c_part, b_part.swap_dims(3, 4), DType::F32);
     // step 4: the chunk states from zero, [b, c, g, r·p, n] = [b, c, h, p, n], and with dy
     // the entering states' gradients (dy·exp(cs))ᵀ·C: [xw; dyw]ᵀ · [B; C], one product
     let stack = xw.meta.shape()[0];
     let sums = product(
         float::<CubeBackend<R, F, I, BT>, 6>(xw.clone()).swap_dims(4, 5),
         float::<CubeBackend<R, F, I, BT>, 6>(bc.clone()).narrow(0, 0, stack),
+        DType::F32,
     );
     let chunk_states = primitive(part::<R, F, I, BT>(&sums, 0));
     let direct = (stack > 1).then(|| primitive(part::<R, F, I, BT>(&sums, 1)));
@@ -302,7 +289,7 @@ where
         .reshape([d.b, d.c + 1, d.g, d.r * d.p, d.n])
         .narrow(1, 0, d.c);
     let c_part = part::<R, F, I, BT>(&s.layouts.bc, 1);
-    product_as(c_part, s_in.swap_dims(3, 4), d.e)
+    product(c_part, s_in.swap_dims(3, 4), d.e)
 }
 
 /// The chunked SSD's forward: `y` `[b, l, h, p]` of the operand type, and the final state
