@@ -65,11 +65,18 @@ run)
         echo "== the same shape, backbone only"
         "$BIN/bench" --device cuda --preset 130m --vocab 0 --mode train,forward --iters 5 \
             || echo "FAILED: bench"
-        echo "== one 130m layer's SSD (batch 8): the cost model's estimate, then measured"
+        echo "== one 130m layer's SSD (batch 8): the cost model's estimate, then measured,"
+        echo "   forward and forward plus backward, the fused kernels then the tensor operations"
         for dtype in f32 bf16; do
             "$BIN/bench" --device cuda --preset 130m --batch 8 --dtype "$dtype" \
-                --mode ssd-cost,ssd --iters 3 | grep -E '"summary"|"mode":"ssd"' \
-                || echo "FAILED: bench ssd $dtype"
+                --mode ssd-cost --iters 1 | grep -E '"summary"' \
+                || echo "FAILED: bench ssd-cost $dtype"
+            for ssd in fused tensor-ops; do
+                "$BIN/bench" --device cuda --preset 130m --batch 8 --dtype "$dtype" \
+                    --ssd "$ssd" --mode ssd,ssd-train --iters 3 \
+                    | grep -E '"mode":"ssd(-train)?"' \
+                    || echo "FAILED: bench ssd $dtype --ssd $ssd"
+            done
         done
         echo "== mamba2-130m bench on Cuda in bf16 (the SSD's decays and states in f32)"
         "$BIN/bench" --device cuda --preset 130m --dtype bf16 --mode train,forward --iters 5 \
