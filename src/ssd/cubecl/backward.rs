@@ -31,7 +31,7 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{part, product, rank5, recompute, Dims};
+use super::forward::{part, product, rank5, rank6, recompute, Dims};
 use super::inputs::Inputs;
 use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
@@ -83,7 +83,7 @@ where
         grad_state, cs, direct, states, adjoints, operands, first;
         d.sizes(), types(d.e),
     );
-    let stacked = |t: &CubeTensor<R>| float::<CubeBackend<R, F, I, BT>, 6>(t.clone());
+    let stacked = |t: &CubeTensor<R>| rank6::<R, F, I, BT>(t.clone());
     // the per-head parts [B; C] · [G[j+1]; S[j]]ᵀ per group, [2, b, c, g, q, r·p]: B·G[j+1]ᵀ
     // and C·S[j]ᵀ
     let parts = product(

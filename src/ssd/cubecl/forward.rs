@@ -88,6 +88,17 @@ where
     float::<CubeBackend<R, F, I, BT>, 5>(t)
 }
 
+/// A stacked `[k, ..]` tensor of rank 6 of the `CubeBackend`, for the stacked products.
+pub(super) fn rank6<R, F, I, BT>(t: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, 6>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    float::<CubeBackend<R, F, I, BT>, 6>(t)
+}
+
 /// Part `which` of a stacked `[k, b, c, g, q, w]` tensor, `[b, c, g, q, w]`: a view (narrowed
 /// along the stack, then reshaped while contiguous; a copy only where the part's offset breaks
 /// the device's alignment).
@@ -101,7 +112,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let t = float::<CubeBackend<R, F, I, BT>, 6>(stacked.clone());
+    let t = rank6::<R, F, I, BT>(stacked.clone());
     let [_, b, c, g, q, w] = t.dims();
     t.narrow(0, which, 1).reshape([b, c, g, q, w])
 }
@@ -249,8 +260,8 @@ where
     // the entering states' gradients (dy·exp(cs))ᵀ·C: [xw; dyw]ᵀ · [B; C], one product
     let stack = xw.meta.shape()[0];
     let sums = product(
-        float::<CubeBackend<R, F, I, BT>, 6>(xw.clone()).swap_dims(4, 5),
-        float::<CubeBackend<R, F, I, BT>, 6>(bc.clone()).narrow(0, 0, stack),
+        rank6::<R, F, I, BT>(xw.clone()).swap_dims(4, 5),
+        rank6::<R, F, I, BT>(bc.clone()).narrow(0, 0, stack),
         DType::F32,
     );
     let chunk_states = primitive(part::<R, F, I, BT>(&sums, 0));
