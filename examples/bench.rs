@@ -17,7 +17,10 @@
 //! the model in half precision where the backend has it, `--dtype f64` in double precision.
 //! `train` is forward + backward + AdamW step of the backbone on random inputs with loss
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs;
-//! `ssd-train` one layer's chunked SSD alone, forward and backward (`--ssd` chooses the path).
+//! `ssd-train` one layer's chunked SSD alone, forward and backward (`--ssd` chooses the path);
+//! both `ssd` modes also print the fused scan's cost model at the shape (`model_ms_h100`, its
+//! estimate on an H100) and the TFLOP/s and TB/s its FLOPs and bytes come to in the measured
+//! time (`achieved_*`) beside those of the estimate (`model_*`).
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
 //! cores on the cpu, 1 on a GPU), as the training steps of the models do under
 //! `train::Threaded`.
@@ -273,22 +276,9 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
 /// gradient) with its estimated time on an H100, then a summary line whose
 /// `ssd_train_ms_h100` is the scan's estimated time in one training step of `n_layer` layers.
 fn ssd_cost(args: &Args) {
-    use mamba2_burn::ssd::cost::{backward_launches, forward_launches, totals, Rates, ScanShape};
-    let mixer = config(args).mixer;
-    let mut shape = ScanShape::new(
-        args.batch(),
-        args.seq_len,
-        mixer.nheads(),
-        args.ngroups,
-        args.headdim,
-        args.d_state,
-        args.chunk_size,
-    );
-    // the products' operands and the layouts in the model's type, the rest in f32
-    shape.element_bytes = match float_dtype(args) {
-        Ok(None) => 4,
-        Ok(Some(FloatDType::F64)) => 8,
-        Ok(Some(_)) => 2,
+    use mamba2_burn::ssd::cost::{backward_launches, forward_launches, totals, Rates};
+    let shape = match scan_shape(args) {
+        Ok(shape) => shape,
         Err(e) => {
             eprintln!("error: {e}");
             std::process::exit(2);
@@ -316,6 +306,55 @@ fn ssd_cost(args: &Args) {
             "n_layer": args.n_layer,
         })
     );
+}
+
+/// One layer's scan at the bench's shape and `--dtype`, as the cost model takes it.
+fn scan_shape(args: &Args) -> Result<mamba2_burn::ssd::cost::ScanShape, String> {
+    let mixer = config(args).mixer;
+    let mut shape = mamba2_burn::ssd::cost::ScanShape::new(
+        args.batch(),
+        args.seq_len,
+        mixer.nheads(),
+        args.ngroups,
+        args.headdim,
+        args.d_state,
+        args.chunk_size,
+    );
+    // the products' operands and the layouts in the model's type, the rest in f32
+    shape.element_bytes = match float_dtype(args)? {
+        None => 4,
+        Some(FloatDType::F64) => 8,
+        Some(_) => 2,
+    };
+    Ok(shape)
+}
+
+/// For `--mode ssd` (`with_backward` false) and `ssd-train`, measured in `seconds` on either
+/// path: the fused scan's modelled work at this shape (`mamba2_burn::ssd::cost`: FLOPs on and
+/// off tensor cores, bytes, the estimated time on an H100) and the rates it implies, achieved
+/// (`achieved_tflop_per_s`, `achieved_tb_per_s`: the modelled FLOPs and bytes over the measured
+/// time) beside the model's own (`model_tflop_per_s`, `model_tb_per_s`: over its estimate).
+fn ssd_rates(args: &Args, with_backward: bool, seconds: f64) -> serde_json::Value {
+    use mamba2_burn::ssd::cost::{backward_launches, forward_launches, totals, Rates};
+    let Ok(shape) = scan_shape(args) else {
+        return json!({});
+    };
+    let rates = Rates::h100(shape.element_bytes);
+    let mut launches = forward_launches(shape);
+    if with_backward {
+        launches.extend(backward_launches(shape));
+    }
+    let t = totals(&launches, &rates);
+    let flops = t.product_flops + t.other_flops;
+    json!({
+        "model": t,
+        "model_ms_h100": t.seconds * 1e3,
+        "model_tflop_per_s": flops / t.seconds / 1e12,
+        "model_tb_per_s": t.bytes / t.seconds / 1e12,
+        "achieved_tflop_per_s": flops / seconds / 1e12,
+        "achieved_tb_per_s": t.bytes / seconds / 1e12,
+        "model_over_measured": t.seconds / seconds,
+    })
 }
 
 fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
@@ -610,17 +649,15 @@ fn run<B: SsdBackend>(
             })?,
             "ssd" => {
                 let (chunked, sequential) = bench_ssd::<B>(args, &device);
-                report(
-                    args,
-                    mode,
-                    chunked,
-                    json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked }),
-                );
+                let mut extra = json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked });
+                merge(&mut extra, ssd_rates(args, false, chunked));
+                report(args, mode, chunked, extra);
             }
             "ssd-train" => {
                 let t = bench_ssd_train::<Autodiff<B>>(args, &device, &memory);
                 let mut extra = json!({ "tokens_per_s": tokens / t });
                 merge(&mut extra, memory.take());
+                merge(&mut extra, ssd_rates(args, true, t));
                 report(args, mode, t, extra);
             }
             other => {

@@ -473,11 +473,22 @@ pub(crate) mod tests {
         a: Tensor<B, D>,
         b: Tensor<B, D>,
     ) {
+        assert_within(what, a, b, 1e-5);
+    }
+
+    /// `max |a - b| <= tol · max |b|`; the relative error `max |a - b| / max |b|`.
+    pub(crate) fn assert_within<B: Backend, const D: usize>(
+        what: &str,
+        a: Tensor<B, D>,
+        b: Tensor<B, D>,
+        tol: f64,
+    ) -> f64 {
         assert_eq!(a.dims(), b.dims(), "{what}: shapes differ");
         let scale: f32 = b.clone().abs().max().into_scalar().elem();
         let err: f32 = (a - b).abs().max().into_scalar().elem();
         let rel = err as f64 / (scale as f64).max(1e-30);
-        assert!(rel <= 1e-5, "{what}: relative error {rel:.3e} > 1e-5");
+        assert!(rel <= tol, "{what}: relative error {rel:.3e} > {tol:e}");
+        rel
     }
 
     /// The two forms of the inter-chunk recurrence give the same entering and final states,

@@ -1,5 +1,7 @@
 // The backend-neutral path tests, included once per backend by `tests/paths.rs`, in a module
-// that defines `B` (the backend), `NAME`, `dev()` and `case!` (a test on that backend: `#[test]`,
+// that defines `B` (the backend), `NAME`, `dev()`, `TOL` (the largest relative error of a
+// comparison of outputs or states, `max |a - b| <= TOL · max |b|`), `GRAD_TOL` (that of a
+// comparison of gradients) and `case!` (a test on that backend: `#[test]`,
 // and ignored unless asked for where the backend needs a device driver). Random inputs are drawn on NdArray from a
 // seeded generator and copied to `B`, so every backend sees the same numbers; models are
 // initialised on `B` after seeding it.
@@ -13,9 +15,6 @@ use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, ssd_step, SsdInput};
 use mamba2_burn::{
     DtLimit, Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
 };
-
-/// Max relative error of every path comparison: `max |a - b| <= TOL · max |b|`.
-const TOL: f64 = 1e-5;
 
 /// Seeds NdArray's generator (the inputs) and `B`'s (the weights), held for the test.
 fn seeded(seed: u64) -> std::sync::MutexGuard<'static, ()> {
@@ -51,8 +50,17 @@ fn rel_err<const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
 }
 
 fn assert_close<const D: usize>(what: &str, a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    assert_within(what, a, b, TOL)
+}
+
+/// [`assert_close`] for gradients, within `GRAD_TOL`.
+fn assert_grad_close<const D: usize>(what: &str, a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    assert_within(what, a, b, GRAD_TOL)
+}
+
+fn assert_within<const D: usize>(what: &str, a: Tensor<B, D>, b: Tensor<B, D>, tol: f64) -> f64 {
     let e = rel_err(a, b);
-    assert!(e <= TOL, "{what}: relative error {e:.3e} > {TOL:e}");
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:e}");
     e
 }
 
@@ -417,7 +425,7 @@ case! {
             };
             let tag = format!("b={b} l={l} h={h} g={g} q={q}");
             for ((name, got), (_, want)) in grads(true).into_iter().zip(grads(false)) {
-                worst = worst.max(assert_close(&format!("grad {name}, {tag}"), got, want));
+                worst = worst.max(assert_grad_close(&format!("grad {name}, {tag}"), got, want));
             }
         }
         eprintln!("{NAME}: chunked vs sequential gradients: worst relative error {worst:.2e}");
@@ -638,7 +646,7 @@ case! {
                 ),
             ];
             for (name, got, want) in pairs {
-                worst = worst.max(assert_close(&format!("grad {name}, config {k}"), got, want));
+                worst = worst.max(assert_grad_close(&format!("grad {name}, config {k}"), got, want));
             }
 
             // token by token, a new document started in the rows where one begins

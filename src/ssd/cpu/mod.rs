@@ -434,12 +434,12 @@ mod tests {
 
     use crate::ssd::backend::SsdBackend;
     use crate::ssd::chunked::tests::uniform;
-    use crate::ssd::tests::fused_matches_tensor_ops;
+    use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
     use crate::ssd::{ssd_chunked, SsdInput};
 
     #[test]
     fn fused_matches_tensor_ops_on_ndarray() {
-        fused_matches_tensor_ops::<Autodiff<NdArray>>(&Default::default());
+        fused_matches_tensor_ops::<Autodiff<NdArray>>(&Default::default(), F32_PRODUCTS);
     }
 
     /// Every chunk length runs fused in both float types; autodiff wraps the inner backend's.

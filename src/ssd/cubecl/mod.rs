@@ -3,9 +3,11 @@
 //!
 //! The forward ([`forward`]) and the gradient ([`backward`]) are matrix products through
 //! Burn's matmul (the scores `C·Bᵀ` once per group, the chunk states, the entering states'
-//! output, the intra-chunk product and every product of the gradient) and a few kernels
-//! ([`kernels`]) where no product fits. The gradient recomputes what it needs of the forward
-//! from the inputs: nothing of the forward is kept but its inputs.
+//! part of the output; in the gradient also the per-head parts and the terms of `B`'s and
+//! `C`'s gradients) and a few kernels ([`kernels`]) where no product fits: the decays, the
+//! state passing, and the intra-chunk products, tiled kernels that apply the decay inside
+//! their tiles so that no per-head `q × q` matrix reaches memory. The gradient recomputes what
+//! it needs of the forward from the inputs: nothing of the forward is kept but its inputs.
 
 mod backward;
 mod forward;

@@ -4,14 +4,26 @@
 
 use burn::backend::Autodiff;
 
-use crate::ssd::tests::fused_matches_tensor_ops;
+#[cfg(feature = "cuda")]
+use crate::ssd::tests::Tolerance;
+use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
 #[cfg(feature = "cuda")]
 use {
     crate::ssd::backend::SsdAutodiffBackend,
-    crate::ssd::chunked::tests::{assert_close, uniform},
+    crate::ssd::chunked::tests::{assert_within, uniform},
     crate::ssd::{ssd_chunked, SsdInput},
     burn::tensor::Tensor,
     rand::{rngs::StdRng, SeedableRng},
+};
+
+/// On Cuda: Burn's matmul may multiply `f32` on tensor cores as TF32 (cubek's accelerated
+/// kernels, which its autotune picks where they are fastest), whose operands keep f16's 10-bit
+/// mantissa, and both paths multiply, in different products: the tolerances of the
+/// half-precision reference tests (`tests/reference.rs`).
+#[cfg(feature = "cuda")]
+const TF32_PRODUCTS: Tolerance = Tolerance {
+    forward: 1e-2,
+    grad: 7.5e-2,
 };
 
 /// Chunks longer than the fused scan takes run the tensor operations, on both backend types.
@@ -45,7 +57,7 @@ fn long_chunks_take_the_tensor_operations() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_wgpu() {
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(&Default::default());
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(&Default::default(), F32_PRODUCTS);
 }
 
 #[cfg(feature = "wgpu")]
@@ -53,14 +65,14 @@ fn fused_matches_tensor_ops_on_wgpu() {
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
-    fused_matches_tensor_ops::<Autodiff<Cube>>(&Default::default());
+    fused_matches_tensor_ops::<Autodiff<Cube>>(&Default::default(), F32_PRODUCTS);
 }
 
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cuda() {
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default());
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default(), TF32_PRODUCTS);
 }
 
 /// A scan whose scores `C·Bᵀ` and their gradient (`[b, c, g, q, q]`, one group per head
@@ -133,17 +145,20 @@ fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
         c_mat.slice([0..b, 0..l, heads.clone()]),
         w_y.slice([0..b, 0..l, heads.clone()]),
     );
+    // the two scans' products may be of different kernels, TF32 or not (`TF32_PRODUCTS`); a
+    // wrapped index reads another group's or chunk's values, far outside it
+    let (forward, grad) = (TF32_PRODUCTS.forward, TF32_PRODUCTS.grad);
     let last = |t: Tensor<B::InnerBackend, 4>| t.narrow(2, h - 8, 8);
-    assert_close("y", last(whole.0), part.0);
-    assert_close("final state", whole.1.narrow(1, h - 8, 8), part.1);
+    assert_within("y", last(whole.0), part.0, forward);
+    assert_within("final state", whole.1.narrow(1, h - 8, 8), part.1, forward);
     for (name, (w, p)) in ["dx", "dB", "dC"]
         .iter()
         .zip(whole.2.into_iter().zip(part.2))
     {
-        assert_close(name, last(w), p);
+        assert_within(name, last(w), p, grad);
     }
-    assert_close("ddt", whole.3.narrow(2, h - 8, 8), part.3);
-    assert_close("dA", whole.4.narrow(0, h - 8, 8), part.4);
+    assert_within("ddt", whole.3.narrow(2, h - 8, 8), part.3, grad);
+    assert_within("dA", whole.4.narrow(0, h - 8, 8), part.4, grad);
 }
 
 #[cfg(feature = "cuda")]
