@@ -38,11 +38,12 @@ const PER: usize = 4;
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
 /// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its
-/// own terms on the diagonal tile (a loop over the tile), from the column's and the row's sums
-/// shared by a thread's elements below it, then an `exp`, the weight's products and the
-/// multiply-adds of the tile.
+/// own terms on the diagonal tile (a loop over the tile); below it, from the tile's sums per
+/// column (`BLOCK + 1` of them, a loop over the tile each, about 2 FLOPs a weight) and the
+/// row's carry (an add); then an `exp`, the weight's products and the multiply-adds of the
+/// tile.
 fn weighted_tiles(rows: usize, pairs: usize) -> usize {
-    rows * (2 * BLOCK + 8) + (pairs - rows) * (4 * BLOCK / PER + 8) + pairs * 2 * BLOCK
+    rows * (2 * BLOCK + 8) + (pairs - rows) * (2 * (BLOCK + 1) / BLOCK + 1 + 8) + pairs * 2 * BLOCK
 }
 /// The output tile of a product per cube, each side.
 const PRODUCT_TILE: usize = 64;
@@ -491,14 +492,17 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
     // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
     // over the tiles of p, the weights, the pairs' sums
-    // per head: dy·xᵀ over the tiles of p and the weights of every tile pair, the pairs' sums
-    // (a loop over the tile per element on the diagonal, sums of rows and columns below)
+    // per head: dy·xᵀ over the tiles of p and the weights of every tile pair (below the
+    // diagonal also each row's terms of its tile up to i, a loop over the tile per thread), the
+    // pairs' sums (a loop over the tile per element on the diagonal, sums of rows and columns
+    // below)
     let flops = b
         * c
         * g
         * r
         * tile
         * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
+            + (pairs - rows) * 2 * BLOCK / PER
             + rows * 2 * BLOCK
             + (pairs - rows) * 4);
     plan.tiled(

@@ -384,6 +384,41 @@ fn load_steps<F: Float>(
     }
 }
 
+/// The sums of the `BLOCK` log-decays of a tile (from `da[first]`, position `pos0` of its chunk
+/// on; zero past the chunk's `q`) that [`segment_sums`] takes for the rows past the tile, each
+/// from its own terms in order: into `sums[c]` those after column `c` with `rows_end` (for the
+/// rows after the tile), those up to `c` without (for the rows before it), and the tile's total
+/// into `sums[BLOCK]` (`sums` of `BLOCK + 1` elements). The cube's first `BLOCK + 1` threads
+/// compute them from memory, so that the synchronisation after the tile's loads covers them:
+/// one sum per thread, where each thread of the cube would otherwise sum its columns' own.
+#[cube]
+fn load_tile_sums<F: Float>(
+    da: &Tensor<F>,
+    sums: &mut SharedMemory<F>,
+    first: usize,
+    pos0: usize,
+    q: usize,
+    unit: usize,
+    #[comptime] rows_end: bool,
+) {
+    if unit <= BLOCK {
+        let zero = F::new(0.0);
+        let mut sum = zero;
+        for k in 0..BLOCK {
+            let mut step = zero;
+            if pos0 + k < q {
+                step = da[first + k];
+            }
+            let mut inside = k <= unit;
+            if rows_end {
+                inside = k > unit || unit == BLOCK;
+            }
+            sum += select(inside, step, zero);
+        }
+        sums[unit] = sum;
+    }
+}
+
 /// The positions of chunk `j` inside the sequence: `q`, or fewer in the last chunk.
 #[cube]
 fn chunk_len(j: usize, q: usize, len: usize) -> usize {
@@ -412,14 +447,16 @@ fn zero_scalars<F: Float>() -> Array<F> {
 /// that of the steps in row `u`'s segments to or from the tile's other end (`k ≤ i_u` with
 /// `rows_end`, `k > s_u` without). With `outside`, every row lies past the tile (after it with
 /// `rows_end`, before without): then `part[u]` is the tile's total and `inner` depends on the
-/// column alone. Each step is read once, at an address the same for every thread, and added in
-/// order where it lies in the segment (a select, not a branch: a CPU device such as lavapipe
-/// runs a branch, and a load inside it, once per thread), so every sum is one of its own
-/// terms, as everywhere in the scan.
+/// column alone, both read from the tile's `sums` ([`load_tile_sums`]). Otherwise each step is
+/// read once, at an address the same for every thread, and added in order where it lies in
+/// the segment (a select, not a branch: a CPU device such as lavapipe runs a branch, and a
+/// load inside it, once per thread), so every sum is one of its own terms, as everywhere in
+/// the scan.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn segment_sums<F: Float>(
     steps: &SharedMemory<F>,
+    sums: &SharedMemory<F>,
     inner: &mut Array<F>,
     part: &mut Array<F>,
     first: usize,
@@ -434,33 +471,17 @@ fn segment_sums<F: Float>(
         part[u] = zero;
     }
     if outside {
-        let mut columns = Array::<F>::new(PER);
-        #[unroll]
-        for v in 0..PER {
-            columns[v] = zero;
-        }
-        for k in 0..BLOCK {
-            let step = steps[k];
-            let at = first + k;
-            #[unroll]
-            for u in 0..PER {
-                part[u] += step;
-            }
-            #[unroll]
-            for v in 0..PER {
-                let c = col + v;
-                let mut inside = at <= c;
-                if rows_end {
-                    inside = at > c;
-                }
-                columns[v] += select(inside, step, zero);
-            }
-        }
+        let total = sums[BLOCK];
         #[unroll]
         for u in 0..PER {
+            part[u] = total;
+        }
+        #[unroll]
+        for v in 0..PER {
+            let column = sums[col + v - first];
             #[unroll]
-            for v in 0..PER {
-                inner[u * PER + v] = columns[v];
+            for u in 0..PER {
+                inner[u * PER + v] = column;
             }
         }
     } else {
@@ -541,6 +562,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     let mut lhs = quad_tile::<F>();
     let mut rhs = quad_tile::<F>();
     let mut steps = SharedMemory::<F>::new(BLOCK);
+    let mut sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut diag = zeros::<F>();
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
@@ -556,6 +578,9 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     for back in 0..it + 1 {
         let s0 = (it - back) * BLOCK;
         load_steps::<F>(da, &mut steps, row + s0, s0, q, unit);
+        if back > 0 {
+            load_tile_sums::<F>(da, &mut sums, row + s0, s0, q, unit, true);
+        }
         let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
         load_quads::<F, E>(
             x,
@@ -576,6 +601,7 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
         let mut whole = Array::<F>::new(PER);
         segment_sums::<F>(
             &steps,
+            &sums,
             &mut inner,
             &mut whole,
             s0,
@@ -748,6 +774,7 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     // the partial sums of the rows' threads, three per thread
     let mut partial = SharedMemory::<F>::new(3 * UNITS * BLOCK);
     let mut steps = SharedMemory::<F>::new(BLOCK);
+    let mut sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut diag = zeros::<F>();
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
@@ -791,6 +818,9 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     for it in st..row_tiles {
         let i0 = it * BLOCK;
         load_steps::<F>(da, &mut steps, row + i0, i0, q, unit);
+        if it > st {
+            load_tile_sums::<F>(da, &mut sums, row + i0, i0, q, unit, false);
+        }
         let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
         let stride = heads * dim_p;
         load_quads::<F, E>(
@@ -804,6 +834,7 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
         let mut whole = Array::<F>::new(PER);
         segment_sums::<F>(
             &steps,
+            &sums,
             &mut inner,
             &mut whole,
             i0,
@@ -983,6 +1014,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let mut steps_i = SharedMemory::<F>::new(BLOCK);
     let mut steps_s = SharedMemory::<F>::new(BLOCK);
     let mut between = SharedMemory::<F>::new(BLOCK);
+    let mut tile_sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut acc = zero_scalars::<F>();
     for hr in 0..r {
         let h = g * r + hr;
@@ -990,6 +1022,9 @@ pub(super) fn score_grads<F: Float, E: Float>(
         // the steps of both tiles, and the sums of the (whole) tiles between
         load_steps::<F>(da, &mut steps_i, row + i0, i0, q, unit);
         load_steps::<F>(da, &mut steps_s, row + s0, s0, q, unit);
+        if it != st {
+            load_tile_sums::<F>(da, &mut tile_sums, row + s0, s0, q, unit, true);
+        }
         if unit < BLOCK {
             let mut sum = F::new(0.0);
             let tile = st + 1 + unit;
@@ -1032,6 +1067,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
         if it == st {
             segment_sums::<F>(
                 &steps_i,
+                &tile_sums,
                 &mut inner,
                 &mut head,
                 i0,
@@ -1043,6 +1079,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
         } else {
             segment_sums::<F>(
                 &steps_s,
+                &tile_sums,
                 &mut inner,
                 &mut head,
                 s0,
