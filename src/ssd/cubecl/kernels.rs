@@ -365,44 +365,35 @@ fn store_lhs<F: Float>(tile: &mut SharedMemory<Quad<F>>, w: &Array<Quad<F>>, ty:
 }
 
 /// Loads the `BLOCK` log-decays of a tile from `da[first]` into `steps` (position `pos0` of
-/// its chunk on; zero past the chunk's `q`).
+/// its chunk on; zero past the chunk's `q`), and with `with_sums` the sums of them that
+/// [`segment_sums`] takes for the rows past the tile, each from its own terms in order: into
+/// `sums[c]` those after column `c` with `rows_end` (for the rows after the tile), those up to
+/// `c` without (for the rows before it), and the tile's total into `sums[BLOCK]` (`sums` of
+/// `BLOCK + 1` elements). The cube's first `BLOCK + 1` threads compute the sums from memory,
+/// so that the synchronisation after the tile's loads covers them: one sum per thread, where
+/// each thread of the cube would otherwise sum its own columns over the tile.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn load_steps<F: Float>(
     da: &Tensor<F>,
     steps: &mut SharedMemory<F>,
-    first: usize,
-    pos0: usize,
-    q: usize,
-    unit: usize,
-) {
-    if unit < BLOCK {
-        let mut d = F::new(0.0);
-        if pos0 + unit < q {
-            d = da[first + unit];
-        }
-        steps[unit] = d;
-    }
-}
-
-/// The sums of the `BLOCK` log-decays of a tile (from `da[first]`, position `pos0` of its chunk
-/// on; zero past the chunk's `q`) that [`segment_sums`] takes for the rows past the tile, each
-/// from its own terms in order: into `sums[c]` those after column `c` with `rows_end` (for the
-/// rows after the tile), those up to `c` without (for the rows before it), and the tile's total
-/// into `sums[BLOCK]` (`sums` of `BLOCK + 1` elements). The cube's first `BLOCK + 1` threads
-/// compute them from memory, so that the synchronisation after the tile's loads covers them:
-/// one sum per thread, where each thread of the cube would otherwise sum its columns' own.
-#[cube]
-fn load_tile_sums<F: Float>(
-    da: &Tensor<F>,
     sums: &mut SharedMemory<F>,
     first: usize,
     pos0: usize,
     q: usize,
     unit: usize,
+    with_sums: bool,
     #[comptime] rows_end: bool,
 ) {
-    if unit <= BLOCK {
-        let zero = F::new(0.0);
+    let zero = F::new(0.0);
+    if unit < BLOCK {
+        let mut d = zero;
+        if pos0 + unit < q {
+            d = da[first + unit];
+        }
+        steps[unit] = d;
+    }
+    if with_sums && unit <= BLOCK {
         let mut sum = zero;
         for k in 0..BLOCK {
             let mut step = zero;
@@ -447,7 +438,7 @@ fn zero_scalars<F: Float>() -> Array<F> {
 /// that of the steps in row `u`'s segments to or from the tile's other end (`k ≤ i_u` with
 /// `rows_end`, `k > s_u` without). With `outside`, every row lies past the tile (after it with
 /// `rows_end`, before without): then `part[u]` is the tile's total and `inner` depends on the
-/// column alone, both read from the tile's `sums` ([`load_tile_sums`]). Otherwise each step is
+/// column alone, both read from the tile's `sums` ([`load_steps`]). Otherwise each step is
 /// read once, at an address the same for every thread, and added in order where it lies in
 /// the segment (a select, not a branch: a CPU device such as lavapipe runs a branch, and a
 /// load inside it, once per thread), so every sum is one of its own terms, as everywhere in
@@ -577,10 +568,17 @@ pub(super) fn chunk_scan<F: Float, E: Float>(
     }
     for back in 0..it + 1 {
         let s0 = (it - back) * BLOCK;
-        load_steps::<F>(da, &mut steps, row + s0, s0, q, unit);
-        if back > 0 {
-            load_tile_sums::<F>(da, &mut sums, row + s0, s0, q, unit, true);
-        }
+        load_steps::<F>(
+            da,
+            &mut steps,
+            &mut sums,
+            row + s0,
+            s0,
+            q,
+            unit,
+            back > 0,
+            true,
+        );
         let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
         load_quads::<F, E>(
             x,
@@ -817,10 +815,17 @@ pub(super) fn chunk_scan_grads<F: Float, E: Float>(
     }
     for it in st..row_tiles {
         let i0 = it * BLOCK;
-        load_steps::<F>(da, &mut steps, row + i0, i0, q, unit);
-        if it > st {
-            load_tile_sums::<F>(da, &mut sums, row + i0, i0, q, unit, false);
-        }
+        load_steps::<F>(
+            da,
+            &mut steps,
+            &mut sums,
+            row + i0,
+            i0,
+            q,
+            unit,
+            it > st,
+            false,
+        );
         let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
         let stride = heads * dim_p;
         load_quads::<F, E>(
@@ -1020,11 +1025,28 @@ pub(super) fn score_grads<F: Float, E: Float>(
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
         // the steps of both tiles, and the sums of the (whole) tiles between
-        load_steps::<F>(da, &mut steps_i, row + i0, i0, q, unit);
-        load_steps::<F>(da, &mut steps_s, row + s0, s0, q, unit);
-        if it != st {
-            load_tile_sums::<F>(da, &mut tile_sums, row + s0, s0, q, unit, true);
-        }
+        load_steps::<F>(
+            da,
+            &mut steps_i,
+            &mut tile_sums,
+            row + i0,
+            i0,
+            q,
+            unit,
+            false,
+            true,
+        );
+        load_steps::<F>(
+            da,
+            &mut steps_s,
+            &mut tile_sums,
+            row + s0,
+            s0,
+            q,
+            unit,
+            it != st,
+            true,
+        );
         if unit < BLOCK {
             let mut sum = F::new(0.0);
             let tile = st + 1 + unit;
