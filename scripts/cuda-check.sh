@@ -2,8 +2,8 @@
 # CUDA checks for a machine with an NVIDIA GPU but no Rust toolchain.
 #
 #   scripts/cuda-check.sh build   # here: builds the CUDA test binaries and examples into
-#                                 # device-bin/ (git-ignored), stripped and gzipped (about 42 MB;
-#                                 # 166 MB unpacked, over a 64 MiB carry)
+#                                 # device-bin/ (git-ignored), stripped and gzipped (46 MB
+#                                 # on 2026-12-03; 183 MB unpacked, over a 64 MiB carry)
 #   scripts/cuda-check.sh run     # on the GPU machine, from the repository root, with
 #                                 # device-bin/ carried over: the fused SSD kernels against the
 #                                 # tensor operations, one 130m layer's SSD on both paths beside
