@@ -33,8 +33,6 @@ const KERNEL_CUBE: usize = 64;
 const TILE: usize = 16;
 /// The output tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`), a cube per tile.
 const BLOCK: usize = 32;
-/// The elements of each thread of a tiled kernel along each side of its tile.
-const PER: usize = 4;
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
 /// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its
@@ -493,16 +491,16 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
     // over the tiles of p, the weights, the pairs' sums
     // per head: dy·xᵀ over the tiles of p and the weights of every tile pair (below the
-    // diagonal also each row's terms of its tile up to i, a loop over the tile per thread), the
-    // pairs' sums (a loop over the tile per element on the diagonal, sums of rows and columns
-    // below)
+    // diagonal also each row's terms of its tile up to i, one sum per row as for the columns),
+    // the pairs' sums (a loop over the tile per element on the diagonal, sums of rows and
+    // columns below)
     let flops = b
         * c
         * g
         * r
         * tile
         * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
-            + (pairs - rows) * 2 * BLOCK / PER
+            + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
             + rows * 2 * BLOCK
             + (pairs - rows) * 4);
     plan.tiled(

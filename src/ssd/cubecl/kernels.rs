@@ -1019,7 +1019,10 @@ pub(super) fn score_grads<F: Float, E: Float>(
     let mut steps_i = SharedMemory::<F>::new(BLOCK);
     let mut steps_s = SharedMemory::<F>::new(BLOCK);
     let mut between = SharedMemory::<F>::new(BLOCK);
+    // off the diagonal, the sums of the tile of s after each column and of the tile of i up
+    // to each row ([`load_steps`])
     let mut tile_sums = SharedMemory::<F>::new(BLOCK + 1);
+    let mut row_sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut acc = zero_scalars::<F>();
     for hr in 0..r {
         let h = g * r + hr;
@@ -1028,13 +1031,13 @@ pub(super) fn score_grads<F: Float, E: Float>(
         load_steps::<F>(
             da,
             &mut steps_i,
-            &mut tile_sums,
+            &mut row_sums,
             row + i0,
             i0,
             q,
             unit,
+            it != st,
             false,
-            true,
         );
         load_steps::<F>(
             da,
@@ -1112,14 +1115,7 @@ pub(super) fn score_grads<F: Float, E: Float>(
             );
             #[unroll]
             for u in 0..PER {
-                head[u] = F::new(0.0);
-            }
-            for k in 0..BLOCK {
-                let step = steps_i[k];
-                #[unroll]
-                for u in 0..PER {
-                    head[u] += select(k <= ty * PER + u, step, F::new(0.0));
-                }
+                head[u] = row_sums[ty * PER + u];
             }
         }
         #[unroll]
