@@ -7,7 +7,11 @@
 //! ```
 //!
 //! Each mode warms up once, times `--iters` runs and prints one JSON line with `mode`, the
-//! median seconds per run (`median_s`), the throughput (`tokens_per_s` for train and forward,
+//! median seconds per run (`median_s`), the cold start (`first_run_s`, the warm-up run's
+//! seconds, which hold its kernel compilations and autotuning; `first_done_s` and
+//! `second_done_s`, the seconds from the process's start to the end of its first and second
+//! run; on Wgpu and Cuda `kernels_compiled`, the kernels the process had compiled by the end of
+//! the first and of the last run, with `--count-kernels`), the throughput (`tokens_per_s` for train and forward,
 //! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill, on the
 //! dedicated CPU path `cpu::CpuBackbone`, with the tensor `step` beside it as
 //! `tensor_step_us_per_token`), the
@@ -19,7 +23,8 @@
 //! mean(y²); `ssd` times the chunked SSD and the sequential recurrence on the same inputs;
 //! `ssd-train` one layer's chunked SSD alone, forward and backward (`--ssd` chooses the path);
 //! both `ssd` modes also print the fused scan's cost model at the shape (`model_ms_h100`, its
-//! estimate on an H100) and the TFLOP/s and TB/s its FLOPs and bytes come to in the measured
+//! estimate at an H100's data-sheet rates; `model_ms_h200_calibrated`, at the rates its
+//! launches achieved on an H200) and the TFLOP/s and TB/s its FLOPs and bytes come to in the measured
 //! time (`achieved_*`) beside those of the estimate (`model_*`).
 //! Train and forward spread each batch over `--step-threads` threads (default: the available
 //! cores on the cpu, 1 on a GPU), as the training steps of the models do under
@@ -34,6 +39,7 @@
 //! cargo run --release --features cuda --example bench -- --device cuda --preset 130m --mode train,forward
 //! ```
 
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 mod common;
@@ -65,9 +71,10 @@ struct Args {
     /// The chunked SSD's implementation: `fused` (the backend's fused kernels wherever it has
     /// them: NdArray, Wgpu, Cuda; `FusedKernels::Always`), `tensor-ops` (the tensor operations
     /// on every backend, `FusedKernels::Never`) or `measured` (the library's default,
-    /// `FusedKernels::Measured`: fused where measured at least as fast).
-    #[arg(long, default_value = "fused")]
-    ssd: String,
+    /// `FusedKernels::Measured`: fused where measured at least as fast). Comma separated, the
+    /// modes run for each in turn, in one process.
+    #[arg(long, default_value = "fused", value_delimiter = ',')]
+    ssd: Vec<String>,
     /// Float type of the weights and activations: f32, f16, bf16 or f64 (where the backend
     /// supports it: Cuda f16 and bf16, Wgpu f16 where the adapter has it, NdArray f64). With
     /// half precision the SSD's `dt`, decays and states are computed in f32.
@@ -98,9 +105,10 @@ struct Args {
     chunk_size: usize,
     #[arg(long, default_value_t = 256)]
     seq_len: usize,
-    /// Rows per batch. Default: 8, 1 with `--preset`.
-    #[arg(long)]
-    batch: Option<usize>,
+    /// Rows per batch. Default: 8, 1 with `--preset`. Comma separated, the modes run for each
+    /// in turn (after the `--ssd` paths), in one process.
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
     /// Timed runs per mode (after one warm-up run).
     #[arg(long, default_value_t = 5)]
     iters: usize,
@@ -109,6 +117,10 @@ struct Args {
     /// Default: the available cores.
     #[arg(long)]
     step_threads: Option<usize>,
+    /// On Wgpu and Cuda, count the kernels the process compiles (CubeCL's compilation log, in
+    /// a temporary file): `kernels_compiled` on each line.
+    #[arg(long)]
+    count_kernels: bool,
     /// Threads of each OpenBLAS matrix product (with `--features blas`). Default: 1 when
     /// batches are spread over more than one step thread, else the available cores.
     #[cfg(feature = "blas")]
@@ -139,12 +151,14 @@ impl Args {
         (self.ngroups, self.chunk_size) = (m.ngroups, m.chunk_size);
         self.vocab = self.vocab.or(Some(config.vocab_size));
         self.seq_len = 2048;
-        self.batch = self.batch.or(Some(1));
+        if self.batch.is_empty() {
+            self.batch = vec![1];
+        }
         Ok(self)
     }
 
     fn batch(&self) -> usize {
-        self.batch.unwrap_or(8)
+        self.batch.first().copied().unwrap_or(8)
     }
 
     fn vocab(&self) -> usize {
@@ -162,21 +176,94 @@ fn timed(iters: usize, f: impl FnMut()) -> f64 {
     timed_sampled(iters, f, || {})
 }
 
-/// [`timed`], calling `after` (untimed) after every run.
+/// The process's start (`main`'s first line), for the cold-start figures.
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// The cold start of the last timed mode: the first run's seconds, the seconds from the
+/// process's start to the end of its first and second run, and the kernels compiled by the
+/// end of the first and of the last run (with `--count-kernels`).
+#[derive(Clone, Copy, Default)]
+struct ColdStart {
+    first_run_s: f64,
+    first_done_s: f64,
+    second_done_s: f64,
+    kernels_first: Option<usize>,
+    kernels_last: Option<usize>,
+}
+
+static COLD: Mutex<ColdStart> = Mutex::new(ColdStart {
+    first_run_s: 0.0,
+    first_done_s: 0.0,
+    second_done_s: 0.0,
+    kernels_first: None,
+    kernels_last: None,
+});
+
+fn since_start() -> f64 {
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// [`timed`], calling `after` (untimed) after every run; records the cold start ([`COLD`]).
 fn timed_sampled(iters: usize, mut f: impl FnMut(), after: impl Fn()) -> f64 {
+    let t = Instant::now();
     f();
+    let first_run_s = t.elapsed().as_secs_f64();
+    let first_done_s = since_start();
+    let kernels_first = kernel_count();
     after();
-    median(
-        (0..iters.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                let elapsed = t.elapsed().as_secs_f64();
-                after();
-                elapsed
-            })
-            .collect(),
-    )
+    let times: Vec<f64> = (0..iters.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            let elapsed = t.elapsed().as_secs_f64();
+            after();
+            elapsed
+        })
+        .collect();
+    let second_done_s = first_done_s + times[0];
+    *COLD.lock().unwrap() = ColdStart {
+        first_run_s,
+        first_done_s,
+        second_done_s,
+        kernels_first,
+        kernels_last: kernel_count(),
+    };
+    median(times)
+}
+
+/// CubeCL's compilation log of this process (`--count-kernels`).
+static KERNEL_LOG: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+/// The kernels compiled so far, from CubeCL's compilation log (`--count-kernels`).
+fn kernel_count() -> Option<usize> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        let path = KERNEL_LOG.get()?;
+        Some(mamba2_burn::cubecl_setup::kernels_compiled(path))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    None
+}
+
+/// Gives CubeCL the crate's settings before the first device client starts (the caches; with
+/// `--count-kernels` the compilation log): what the library does when the first model is
+/// built, done here first since the bench makes tensors before models.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn setup_cubecl(args: &Args) -> serde_json::Value {
+    use mamba2_burn::cubecl_setup::{Applied, CubeclSetup};
+    let mut setup = CubeclSetup::from_env();
+    if args.count_kernels {
+        let log =
+            std::env::temp_dir().join(format!("mamba2-bench-kernels-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        let _ = KERNEL_LOG.set(log.clone());
+        setup = setup.with_kernel_log(Some(log));
+    }
+    match setup.apply() {
+        Applied::Set(s) => json!({ "cubecl_cache": s.cache_dir }),
+        Applied::UserFile(file) => json!({ "cubecl_config_file": file }),
+        Applied::AlreadyConfigured => json!({ "cubecl_config": "already set" }),
+    }
 }
 
 fn peak_rss_mb() -> Option<f64> {
@@ -253,21 +340,31 @@ fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> DeviceMemory {
 }
 
 fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
+    let cold = std::mem::take(&mut *COLD.lock().unwrap());
     let mut line = json!({
         "mode": mode,
         "median_s": median_s,
+        "first_run_s": cold.first_run_s,
+        "first_done_s": cold.first_done_s,
+        "second_done_s": cold.second_done_s,
         "iters": args.iters,
         "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "step_threads": args.step_threads(),
         "peak_rss_mb": peak_rss_mb(),
         "backend": backend_name(args),
-        "ssd": args.ssd,
+        "ssd": args.ssd.first(),
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
             "seq_len": args.seq_len, "batch": args.batch(), "vocab": args.vocab(),
         },
     });
+    if let (Some(first), Some(last)) = (cold.kernels_first, cold.kernels_last) {
+        merge(
+            &mut line,
+            json!({ "kernels_compiled": { "first_run": first, "last_run": last } }),
+        );
+    }
     merge(&mut line, extra);
     println!("{line}");
 }
@@ -285,12 +382,17 @@ fn ssd_cost(args: &Args) {
         }
     };
     let rates = Rates::h100(shape.element_bytes);
+    let calibrated = Rates::h200_calibrated(shape.element_bytes);
     let (forward, backward) = (forward_launches(shape), backward_launches(shape));
     for launch in forward.iter().chain(&backward) {
         let mut line = serde_json::to_value(launch).expect("a launch serialises");
         merge(
             &mut line,
-            json!({ "mode": "ssd-cost", "us_h100": launch.seconds(&rates) * 1e6 }),
+            json!({
+                "mode": "ssd-cost",
+                "us_h100": launch.seconds(&rates) * 1e6,
+                "us_h200_calibrated": launch.seconds(&calibrated) * 1e6,
+            }),
         );
         println!("{line}");
     }
@@ -303,6 +405,10 @@ fn ssd_cost(args: &Args) {
             "forward_launches": f.launches, "backward_launches": b.launches,
             "ssd_forward_ms_h100": f.seconds * 1e3 * args.n_layer as f64,
             "ssd_train_ms_h100": (f.seconds + b.seconds) * 1e3 * args.n_layer as f64,
+            "ssd_train_ms_h200_calibrated": (totals(&forward, &calibrated).seconds
+                + totals(&backward, &calibrated).seconds)
+                * 1e3
+                * args.n_layer as f64,
             "n_layer": args.n_layer,
         })
     );
@@ -346,9 +452,11 @@ fn ssd_rates(args: &Args, with_backward: bool, seconds: f64) -> serde_json::Valu
     }
     let t = totals(&launches, &rates);
     let flops = t.product_flops + t.other_flops;
+    let calibrated = totals(&launches, &Rates::h200_calibrated(shape.element_bytes));
     json!({
         "model": t,
         "model_ms_h100": t.seconds * 1e3,
+        "model_ms_h200_calibrated": calibrated.seconds * 1e3,
         "model_tflop_per_s": flops / t.seconds / 1e12,
         "model_tb_per_s": t.bytes / t.seconds / 1e12,
         "achieved_tflop_per_s": flops / seconds / 1e12,
@@ -616,26 +724,62 @@ fn set_dtype<B: SsdBackend>(args: &Args, device: &B::Device) -> Result<(), Strin
         .map_err(|e| format!("--dtype {} on --device {}: {e}", args.dtype, args.device))
 }
 
+/// `--ssd`'s path as the library's setting.
+fn fused_mode(ssd: &str) -> Option<mamba2_burn::ssd::FusedKernels> {
+    use mamba2_burn::ssd::FusedKernels;
+    match ssd {
+        "fused" => Some(FusedKernels::Always),
+        "tensor-ops" => Some(FusedKernels::Never),
+        "measured" => Some(FusedKernels::Measured),
+        _ => None,
+    }
+}
+
+/// Every `--mode` for each `--batch` and `--ssd` path in turn.
 fn run<B: SsdBackend>(
     args: &Args,
     device: B::Device,
     memory: DeviceMemory,
 ) -> Result<(), Box<dyn std::error::Error>> {
     set_dtype::<B>(args, &device)?;
+    let batches = if args.batch.is_empty() {
+        vec![args.batch()]
+    } else {
+        args.batch.clone()
+    };
+    for batch in batches {
+        for ssd in &args.ssd {
+            mamba2_burn::ssd::set_fused_kernels_mode(fused_mode(ssd).expect("checked in main"));
+            let args = Args {
+                ssd: vec![ssd.clone()],
+                batch: vec![batch],
+                ..args.clone()
+            };
+            run_modes::<B>(&args, &device, &memory)?;
+        }
+    }
+    Ok(())
+}
+
+fn run_modes<B: SsdBackend>(
+    args: &Args,
+    device: &B::Device,
+    memory: &DeviceMemory,
+) -> Result<(), Box<dyn std::error::Error>> {
     let tokens = (args.batch() * args.seq_len) as f64;
     for mode in &args.mode {
         match mode.as_str() {
-            "train" => bench_train::<Autodiff<B>>(args, &device, &memory).map(|t| {
+            "train" => bench_train::<Autodiff<B>>(args, device, memory).map(|t| {
                 let mut extra = json!({ "tokens_per_s": tokens / t });
                 merge(&mut extra, memory.take());
                 report(args, mode, t, extra)
             })?,
-            "forward" => bench_forward::<B>(args, &device, &memory).map(|t| {
+            "forward" => bench_forward::<B>(args, device, memory).map(|t| {
                 let mut extra = json!({ "tokens_per_s": tokens / t });
                 merge(&mut extra, memory.take());
                 report(args, mode, t, extra)
             })?,
-            "step" => bench_step::<B>(args, &device).map(|(tensor, cpu)| {
+            "step" => bench_step::<B>(args, device).map(|(tensor, cpu)| {
                 report(
                     args,
                     mode,
@@ -648,13 +792,13 @@ fn run<B: SsdBackend>(
                 )
             })?,
             "ssd" => {
-                let (chunked, sequential) = bench_ssd::<B>(args, &device);
+                let (chunked, sequential) = bench_ssd::<B>(args, device);
                 let mut extra = json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked });
                 merge(&mut extra, ssd_rates(args, false, chunked));
                 report(args, mode, chunked, extra);
             }
             "ssd-train" => {
-                let t = bench_ssd_train::<Autodiff<B>>(args, &device, &memory);
+                let t = bench_ssd_train::<Autodiff<B>>(args, device, memory);
                 let mut extra = json!({ "tokens_per_s": tokens / t });
                 merge(&mut extra, memory.take());
                 merge(&mut extra, ssd_rates(args, true, t));
@@ -672,6 +816,7 @@ fn run<B: SsdBackend>(
 }
 
 fn main() {
+    START.get_or_init(Instant::now);
     common::tune_allocator();
     let args = match Args::parse().with_preset() {
         Ok(args) => args,
@@ -696,15 +841,15 @@ fn main() {
     if args.mode.is_empty() {
         return;
     }
-    use mamba2_burn::ssd::{set_fused_kernels_mode, FusedKernels};
-    match args.ssd.as_str() {
-        "fused" => set_fused_kernels_mode(FusedKernels::Always),
-        "tensor-ops" => set_fused_kernels_mode(FusedKernels::Never),
-        "measured" => set_fused_kernels_mode(FusedKernels::Measured),
-        other => {
-            eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
-            std::process::exit(2);
-        }
+    if let Some(other) = args.ssd.iter().find(|s| fused_mode(s).is_none()) {
+        eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
+        std::process::exit(2);
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if args.device != "cpu" {
+        let mut line = json!({ "mode": "setup", "since_start_s": since_start() });
+        merge(&mut line, setup_cubecl(&args));
+        println!("{line}");
     }
     #[cfg(feature = "blas")]
     mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {

@@ -18,7 +18,7 @@ import sys
 
 # Lowest first. A module may use those before it; within `layers`, the order of its files.
 LEVELS = [
-    "error", "precision", "init", "blas", "ssd",
+    "error", "precision", "cubecl_setup", "init", "blas", "ssd",
     "layers::activation", "layers::norm", "layers::documents", "layers::state",
     "layers::mixer", "layers::block", "layers::backbone", "layers",
     "models", "sampling", "tokenizer", "cpu", "generate", "checkpoint", "data", "train",

@@ -37,6 +37,7 @@ pub(crate) struct ParamInit<'a, B: Backend> {
 impl<'a, B: Backend> ParamInit<'a, B> {
     /// Parameters drawn at once.
     pub(crate) fn now(device: &'a B::Device) -> Self {
+        setup_cubecl();
         Self {
             device,
             deferred: false,
@@ -45,6 +46,7 @@ impl<'a, B: Backend> ParamInit<'a, B> {
 
     /// Parameters drawn on first use (never, for those a loader replaces).
     pub(crate) fn deferred(device: &'a B::Device) -> Self {
+        setup_cubecl();
         Self {
             device,
             deferred: true,
@@ -115,4 +117,11 @@ impl<'a, B: Backend> ParamInit<'a, B> {
             bias: bias.then(|| self.full([d_out], 0.0)),
         }
     }
+}
+
+/// Gives CubeCL the crate's settings before a model's first parameter reaches a GPU device
+/// (`cubecl_setup`: every init and loader builds through [`ParamInit`]).
+fn setup_cubecl() {
+    #[cfg(feature = "cubecl")]
+    crate::cubecl_setup::setup_cubecl();
 }

@@ -12,6 +12,8 @@
 //!   `TrainStep` / `InferenceStep` impls, the optimizer and complete training runs with Burn's
 //!   `Learner`; [`StreamingForecaster`] and [`cpu`] run the recurrent step on the CPU for one
 //!   stream at a time.
+//! - `cubecl_setup` (with a GPU feature): CubeCL's persistent kernel and autotune caches, which
+//!   the first model built turns on, so that a GPU process after the first starts warm.
 //!
 //! ```
 //! use burn::backend::NdArray;
@@ -41,6 +43,9 @@ pub struct ReadmeDoctests;
 
 mod checkpoint;
 pub mod cpu;
+#[cfg(feature = "cubecl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cubecl")))]
+pub mod cubecl_setup;
 #[cfg(feature = "train")]
 #[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod data;

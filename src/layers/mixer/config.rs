@@ -192,6 +192,10 @@ impl Mamba2Config {
     /// norm weight 1. (The backbone additionally scales out_proj by `1/√n_layer`.)
     ///
     /// Seed the backend (`B::seed`) for reproducible weights.
+    ///
+    /// With a GPU feature, the first model built or loaded in a process also gives CubeCL the
+    /// crate's settings (persistent kernel and autotune caches), unless it is configured
+    /// already (`cubecl_setup`).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba2<B>> {
         self.build(&ParamInit::now(device), 1.0)
     }

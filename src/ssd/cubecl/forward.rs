@@ -1,7 +1,7 @@
 //! The forward of the fused scan as matrix products: every contraction but those of the
-//! output goes through Burn's matmul on the `CubeBackend` (cubek: tensor cores on CUDA, tiled
-//! register products on Vulkan); custom kernels where no product fits (the decays, the state
-//! passing, the layouts) and for the output, whose decay is applied inside the tiles of its
+//! output goes through cubek's matmul with a fixed kernel (`product`: tensor cores on CUDA,
+//! tiled register products on Vulkan); custom kernels where no product fits (the decays, the
+//! state passing, the layouts) and for the output, whose decay is applied inside the tiles of its
 //! products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
 //!
 //! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end;
@@ -24,13 +24,13 @@
 //! sum of the kernels are `f32`.
 
 use burn::tensor::{DType, Tensor};
-use burn_cubecl::kernel::matmul::{matmul, MatmulStrategy};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::inputs::Inputs;
 use super::kernels;
 use super::launch::{empty, empty_as, launch, types, unused};
+pub(super) use super::product::product;
 use crate::ssd::backend::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
@@ -115,31 +115,6 @@ where
     let t = rank6::<R, F, I, BT>(stacked.clone());
     let [_, b, c, g, q, w] = t.dims();
     t.narrow(0, which, 1).reshape([b, c, g, q, w])
-}
-
-/// The product `lhs · rhs` of two `[.., m, k]`, `[.., k, n]` tensors of the operand type through
-/// Burn's matmul (autotuned; tensor cores where the device has them), accumulated in `f32` and
-/// written in `out`'s type.
-pub(super) fn product<R, F, I, BT, const D: usize>(
-    lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
-    rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
-    out: DType,
-) -> CubeTensor<R>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    let (lhs_dims, rhs_dims) = (lhs.dims(), rhs.dims());
-    matmul(
-        primitive(lhs),
-        primitive(rhs),
-        None,
-        MatmulStrategy::default(),
-        out,
-    )
-    .unwrap_or_else(|e| panic!("the scan's product {lhs_dims:?} · {rhs_dims:?}: {e:?}"))
 }
 
 /// The log-decays in forward time: `dA`, their inclusive sums within each chunk and the decay

@@ -15,6 +15,7 @@ mod fusion;
 mod inputs;
 mod kernels;
 mod launch;
+mod product;
 #[cfg(all(test, feature = "ndarray", any(feature = "wgpu", feature = "cuda")))]
 mod tests;
 

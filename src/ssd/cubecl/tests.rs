@@ -16,10 +16,10 @@ use {
     rand::{rngs::StdRng, SeedableRng},
 };
 
-/// On Cuda: Burn's matmul may multiply `f32` on tensor cores as TF32 (cubek's accelerated
-/// kernels, which its autotune picks where they are fastest), whose operands keep f16's 10-bit
-/// mantissa, and both paths multiply, in different products: the tolerances of the
-/// half-precision reference tests (`tests/reference.rs`).
+/// On Cuda: the fused scan's products run on tensor cores (`product.rs`) and Burn's matmul
+/// may too (its autotune picks cubek's accelerated kernels where they are fastest), so `f32`
+/// operands multiply as TF32, with f16's 10-bit mantissa, on both paths, in different products:
+/// the tolerances of the half-precision reference tests (`tests/reference.rs`).
 #[cfg(feature = "cuda")]
 const TF32_PRODUCTS: Tolerance = Tolerance {
     forward: 1e-2,

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The summary of one `scripts/cuda-check.sh run`, as JSON on stdout.
+
+Reads the run's work folder: `steps` (a line per step: name, passed / failed / timed_out /
+skipped, seconds) and `NAME.out` (each step's output: the bench's and the peers' JSON lines, the
+tests' result and worst-error lines). Gives each step's status, the cold start, the tests'
+figures, both paths' SSD and LM figures beside mamba_ssm's, the default path each type's
+figures choose, and the issues' goals with the figures that meet them or not.
+"""
+import json, os, re, sys
+
+work = sys.argv[1]
+
+
+def lines(name):
+    path = os.path.join(work, name + ".out")
+    if not os.path.exists(path):
+        return []
+    with open(path, errors="replace") as f:
+        return f.read().splitlines()
+
+
+def records(name):
+    out = []
+    for line in lines(name):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+steps = []
+with open(os.path.join(work, "steps")) as f:
+    for line in f:
+        name, status, seconds = line.split()
+        steps.append({"step": name, "status": status, "seconds": int(seconds)})
+summary = {"steps": steps}
+standin = False
+
+
+def cold(name):
+    global standin
+    for r in records(name):
+        standin |= bool(r.get("standin"))
+        if r.get("mode") == "train":
+            return {k: r.get(k) for k in ("first_run_s", "first_done_s", "second_done_s",
+                                          "median_s", "kernels_compiled", "ssd", "backend")}
+    return None
+
+
+c, w = cold("cold_start"), cold("warm_start")
+summary["cold_start"] = {"cold": c, "warm": w}
+
+tests = {}
+for name in ("tests_lib", "tests_suite"):
+    out = lines(name)
+    tests[name] = {
+        "results": [l.strip() for l in out if l.startswith("test result:")],
+        "failed": [l.strip() for l in out if re.match(r"^test .* FAILED$", l) or "FAIL " in l],
+        "figures": [l.strip() for l in out if "worst" in l or "held-out loss" in l],
+    }
+summary["tests"] = tests
+
+ssd = []
+for dtype in ("f32", "bf16"):
+    for r in records("ssd_" + dtype):
+        standin |= bool(r.get("standin"))
+        if r.get("mode") in ("ssd", "ssd-train"):
+            ssd.append({"dtype": dtype, "ssd": r.get("ssd"), "mode": r["mode"],
+                        "ms": r["median_s"] * 1e3, "model_ms_h100": r.get("model_ms_h100"),
+                        "model_ms_h200_calibrated": r.get("model_ms_h200_calibrated"),
+                        "first_run_s": r.get("first_run_s")})
+summary["ssd"] = ssd
+
+lm = []
+for r in records("lm_bf16"):
+    standin |= bool(r.get("standin"))
+    if r.get("mode") in ("train", "forward"):
+        lm.append({"ssd": r.get("ssd"), "mode": r["mode"], "batch": r["config"]["batch"],
+                   "tokens_per_s": r.get("tokens_per_s"), "ms": r["median_s"] * 1e3,
+                   "device_reserved_mb": r.get("device_reserved_mb")})
+summary["lm"] = lm
+
+peers = records("peers")
+standin |= any(r.get("standin") for r in peers)
+summary["peers"] = [r for r in peers if r.get("part") in ("ssd", "lm", "env")]
+
+
+def find(rows, **kw):
+    for r in rows:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return None
+
+
+# the default path per type: fused where it is at least as fast as the tensor operations in
+# every measurement of that type (one layer's SSD forward and training; in bf16 also the LM)
+default = {}
+for dtype in ("f32", "bf16"):
+    verdict, compared = "fused", 0
+    for mode in ("ssd", "ssd-train"):
+        f, t = find(ssd, dtype=dtype, ssd="fused", mode=mode), find(ssd, dtype=dtype, ssd="tensor-ops", mode=mode)
+        if f and t:
+            compared += 1
+            if f["ms"] > t["ms"]:
+                verdict = "tensor-ops"
+    if dtype == "bf16":
+        for r in lm:
+            if r["ssd"] == "fused":
+                t = find(lm, ssd="tensor-ops", mode=r["mode"], batch=r["batch"])
+                if t:
+                    compared += 1
+                    if r["tokens_per_s"] < t["tokens_per_s"]:
+                        verdict = "tensor-ops"
+    default[dtype] = verdict if compared else None
+summary["default_path"] = default
+
+goals = {}
+if c:
+    goals["first_130m_step_within_30_s_cold"] = {"s": c["first_done_s"], "met": c["first_done_s"] <= 30}
+if w:
+    goals["first_130m_step_within_5_s_warm"] = {"s": w["first_done_s"], "met": w["first_done_s"] <= 5}
+peer_ssd = find(summary["peers"], part="ssd", dtype="bf16")
+ours = find(ssd, dtype="bf16", ssd="fused", mode="ssd-train")
+if ours:
+    goals["ssd_layer_train_within_1_5_ms_bf16"] = {"ms": ours["ms"], "met": ours["ms"] <= 1.5}
+    if peer_ssd:
+        goals["ssd_layer_train_vs_mamba_ssm"] = {"ms": ours["ms"], "mamba_ssm_ms": peer_ssd["train_ms"],
+                                                  "speedup": peer_ssd["train_ms"] / ours["ms"]}
+for batch in (1, 8):
+    best = max((r["tokens_per_s"] for r in lm if r["mode"] == "train" and r["batch"] == batch), default=None)
+    peer = find(summary["peers"], part="lm", dtype="bf16", batch=batch)
+    if best:
+        g = {"tokens_per_s": best}
+        if peer and "train_tokens_per_s" in peer:
+            g["mamba_ssm_tokens_per_s"] = peer["train_tokens_per_s"]
+            g["speedup"] = best / peer["train_tokens_per_s"]
+        if batch == 8:
+            g["met"] = best >= 250e3
+        goals[f"lm_130m_train_batch_{batch}" + ("_at_least_250k" if batch == 8 else "")] = g
+summary["goals"] = goals
+summary["dry_run"] = standin
+print(json.dumps(summary, indent=1))
