@@ -383,6 +383,85 @@ fn configs_of_both_formats_are_read() {
     load_backbone::<B>(fixture("groups2_bias"), &dev()).unwrap();
 }
 
+/// A config.json as transformers 5.25's `save_pretrained` writes it (its default
+/// `time_step_limit`, `[0.0, {"__float__": "Infinity"}]`): `Mamba2Config(vocab_size=64,
+/// hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, state_size=8, n_groups=1,
+/// chunk_size=16, expand=2).save_pretrained(DIR)`.
+#[test]
+fn configs_written_by_transformers_5_are_read() {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/transformers-5.25");
+    let (config, format) = read_config(&dir).unwrap();
+    assert_eq!(format, CheckpointFormat::HuggingFace);
+    let mixer = &config.backbone.mixer;
+    assert_eq!(mixer.dt_limit, DtLimit::NONE);
+    assert_eq!(
+        (
+            mixer.d_model,
+            mixer.headdim,
+            mixer.d_state,
+            mixer.chunk_size,
+            config.vocab_size
+        ),
+        (32, 16, 8, 16, 64)
+    );
+
+    // every tagged encoding of a float, and the bare one, mean the same
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let read = |limit: &str| {
+        let edited = text.replace(
+            "[\n    0.0,\n    {\n      \"__float__\": \"Infinity\"\n    }\n  ]",
+            limit,
+        );
+        assert_ne!(edited, text, "the fixture's time_step_limit");
+        std::fs::write(out.path().join("config.json"), edited).unwrap();
+        read_config(out.path())
+    };
+    for limit in [
+        r#"[0.0, Infinity]"#,
+        r#"[0.0, {"__float__": "inf"}]"#,
+        r#"[{"__float__": "0.0"}, {"__float__": "Infinity"}]"#,
+    ] {
+        assert_eq!(
+            read(limit).unwrap().0.backbone.mixer.dt_limit,
+            DtLimit::NONE,
+            "{limit}"
+        );
+    }
+    assert_eq!(
+        read(r#"[{"__float__": "0.001"}, 0.1]"#)
+            .unwrap()
+            .0
+            .backbone
+            .mixer
+            .dt_limit,
+        DtLimit {
+            min: 0.001,
+            max: 0.1
+        }
+    );
+    // a field of the wrong type: the error names its JSON path and the file's writer
+    for (limit, path) in [
+        (
+            r#"[0.0, {"__float__": "unbounded"}]"#,
+            "`time_step_limit[1]`",
+        ),
+        (r#"[0.0, "Infinity"]"#, "`time_step_limit[1]`"),
+        (
+            r#"[{"__float__": "-Infinity"}, 0.1]"#,
+            "`time_step_limit[0]`",
+        ),
+    ] {
+        let message = read(limit).unwrap_err().to_string();
+        assert!(message.contains(path), "{limit}: {message}");
+        assert!(
+            message.contains("written by transformers 5.25.0"),
+            "{limit}: {message}"
+        );
+    }
+}
+
 #[test]
 fn own_records_round_trip() {
     let _rng = common::seeded(22);

@@ -21,9 +21,13 @@ pub enum CheckpointFormat {
 
 /// Reads `dir/config.json` in any of the three formats.
 ///
-/// Python's JSON (`Infinity`, `NaN`) is accepted. The file is parsed once, into a JSON value
-/// that holds a non-finite number as `null`: the dt limits read a `null` bound as `∞` (this
-/// crate writes an infinite bound so too), every other number field refuses it.
+/// Non-finite floats are accepted in every encoding transformers writes or has written: bare
+/// (Python's JSON: `Infinity`, `NaN`) and tagged (`{"__float__": "Infinity"}`, transformers 5's
+/// `save_pretrained`). The file is parsed once, into a JSON value that holds a non-finite number
+/// as `null`: the dt limits read a `null` bound as `∞` (this crate writes an infinite bound so
+/// too), every other number field refuses it. A field of the wrong type is an error that names
+/// its JSON path (`time_step_limit[1]`) and, where the file says so, the transformers version
+/// that wrote it.
 pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
     let file = dir.join("config.json");
     parse_config(&file).map_err(|e| match e {
@@ -39,8 +43,14 @@ pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
 
 fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
     let text = std::fs::read_to_string(file).map_err(|e| Mamba2Error::file(file, e))?;
-    let value: serde_json::Value = json5::from_str(&text)
+    let mut value: serde_json::Value = json5::from_str(&text)
         .map_err(|e| Mamba2Error::file(file, format!("not valid JSON: {e}")))?;
+    decode_tagged_floats(&mut value);
+    let writer = value
+        .get("transformers_version")
+        .and_then(|v| v.as_str())
+        .map(|v| format!(" (written by transformers {v})"))
+        .unwrap_or_default();
     let has = |key: &str| value.get(key).is_some();
     let is_mamba2 = value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2");
     let format = if has("ssm_cfg") || (has("d_model") && has("n_layer")) {
@@ -55,18 +65,27 @@ fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
             "not a Mamba-2 config (no hidden_size, d_model/n_layer or backbone)",
         ));
     };
-    let parse_err = |e: serde_json::Error| Mamba2Error::file(file, format!("bad config: {e}"));
+    let parse_err = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("`{path}`: ")
+        };
+        Mamba2Error::file(file, format!("bad config: {at}{}{writer}", e.inner()))
+    };
     match format {
         CheckpointFormat::StateSpaces => {
-            let c: StateSpacesConfig = serde_json::from_value(value).map_err(parse_err)?;
+            let c: StateSpacesConfig =
+                serde_path_to_error::deserialize(value).map_err(parse_err)?;
             Ok((c.into_config(file)?, format))
         }
         CheckpointFormat::Burn => {
-            let c: Mamba2LmConfig = serde_json::from_value(value).map_err(parse_err)?;
+            let c: Mamba2LmConfig = serde_path_to_error::deserialize(value).map_err(parse_err)?;
             Ok((c, format))
         }
         CheckpointFormat::HuggingFace => {
-            let c: HfConfig = serde_json::from_value(value).map_err(parse_err)?;
+            let c: HfConfig = serde_path_to_error::deserialize(value).map_err(parse_err)?;
             Ok((c.into_config(file)?, format))
         }
     }
@@ -74,4 +93,29 @@ fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
         c.validate()?;
         Ok((c, format))
     })
+}
+
+/// Replaces each float that transformers wrote tagged, `{"__float__": "Infinity"}` (its JSON
+/// encoder since version 5, for the floats plain JSON cannot hold), by the value the bare
+/// literal parses to: `null` for a non-finite one (as the parser gives for `Infinity`), the
+/// number otherwise. An object whose tag does not hold a float is left as it is, for the
+/// field's own error.
+fn decode_tagged_floats(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let tagged = match (map.len(), map.get("__float__")) {
+                (1, Some(Value::String(s))) => s.trim().parse::<f64>().ok(),
+                _ => None,
+            };
+            match tagged {
+                Some(x) => {
+                    *value = serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+                }
+                None => map.values_mut().for_each(decode_tagged_floats),
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(decode_tagged_floats),
+        _ => {}
+    }
 }

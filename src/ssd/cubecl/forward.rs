@@ -1,6 +1,6 @@
 //! The forward of the fused scan as matrix products: every contraction but those of the
-//! output goes through cubek's matmul with a fixed kernel (`product`: tensor cores on CUDA,
-//! tiled register products on Vulkan); custom kernels where no product fits (the decays, the
+//! output goes through cubek's matmul (`product`: a fixed tensor-core kernel on CUDA, Burn's
+//! autotune where the device has no tensor cores); custom kernels where no product fits (the decays, the
 //! state passing, the layouts) and for the output, whose decay is applied inside the tiles of its
 //! products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
 //!

@@ -1,30 +1,30 @@
-//! The fused scan's matrix products: cubek's matmul with a fixed choice of kernel per runtime
-//! and operand type, not Burn's autotune.
+//! The fused scan's matrix products: on devices with tensor cores, cubek's matmul with one
+//! fixed kernel; elsewhere Burn's autotuned matmul.
 //!
 //! Burn's `matmul` autotunes each new problem key (shape class, layouts, types) by compiling and
-//! timing candidate kernels; the scan issues 9 products a layer, each its own key, so on a
-//! first run its autotune compiled candidate after candidate (about 95 s before the first step
-//! of one layer on an H200, `docs/performance.md`, "Cold start"). Its products are all of one
-//! class: batched, row-major operands of the model's type, inner dimensions of 16 and more at
-//! every published shape, `f32` accumulation. So the choice is made once, in this order:
+//! timing candidate kernels; the scan issues 9 products a layer, each its own key. On Cuda, where
+//! the candidates are many tensor-core kernels and each first launch took 1.0–1.9 s, one process
+//! spent about 95 s compiling and timing before the first step of one layer (an H200,
+//! `docs/performance.md`, "Cold start"). The scan's products are all of one class: batched,
+//! row-major operands of the model's type, `f32` accumulation. So where the device has tensor
+//! cores for the operand type, they run cubek's simple cyclic tile matmul on them (`cmma`), the
+//! kernel autotune ranks first for such products, with no timing (`f32` operands multiply as
+//! TF32 there, as the Cuda tests allow).
 //!
-//! 1. cubek's simple cyclic tile matmul on tensor cores (`cmma`), where the device has them for
-//!    the operand type: what autotune ranks first for such products on Cuda (and where `f32`
-//!    multiplies as TF32, as the Cuda tests allow);
-//! 2. the register-tile unit matmul: devices without tensor cores (Vulkan on lavapipe, Metal);
-//! 3. the naive kernel, which takes every layout.
-//!
-//! A kernel the device cannot run (no tensor cores for the type) is skipped from then on for
-//! that runtime and type; one that does not take a particular problem falls through to the next
-//! for that problem only. The products of a training step then compile one kernel each, and
-//! nothing is timed.
+//! Where the device has none (Vulkan on lavapipe, Metal without cooperative matrices), the
+//! products keep Burn's autotune, whose candidates there are few and cheap to time: on
+//! lavapipe a fixed register-tile kernel made a model's cold start 30% shorter but the fused
+//! scan's tests, at many small odd shapes, 2.3× slower (each shape compiled a tiled kernel that
+//! llvmpipe compiles slowly, where the autotune picks the naive one), `docs/performance.md`.
+//! A device found without tensor cores for a type is not asked again; a problem the tensor-core
+//! kernel does not take goes to the autotune alone.
 
 use std::any::TypeId;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use burn::tensor::{DType, Tensor};
-use burn_cubecl::kernel::matmul::init_matmul_output;
+use burn_cubecl::kernel::matmul::{init_matmul_output, matmul, MatmulStrategy};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubek::matmul::components::tile::TileMatmulKind;
@@ -36,25 +36,20 @@ use cubek::std::InputBinding;
 
 use crate::ssd::backend::primitive;
 
-/// The kernels tried, in order of preference (module docs).
-fn strategies() -> [Strategy; 3] {
-    [
-        Strategy::SimpleCyclicCmma(BlueprintStrategy::Inferred(SimpleArgs {
-            tile_matmul: TileMatmulKind::Cmma,
-            multi_rows: false,
-        })),
-        Strategy::SimpleUnit(BlueprintStrategy::Inferred(Default::default())),
-        Strategy::Naive,
-    ]
+/// The tensor-core kernel (module docs).
+fn tensor_cores() -> Strategy {
+    Strategy::SimpleCyclicCmma(BlueprintStrategy::Inferred(SimpleArgs {
+        tile_matmul: TileMatmulKind::Cmma,
+        multi_rows: false,
+    }))
 }
 
-/// Per runtime and operand type, the first of [`strategies`] that the device can run (those
-/// before it failed to set up as unavailable: a missing instruction or type).
-static SKIP: Mutex<Option<HashMap<(TypeId, DType), usize>>> = Mutex::new(None);
+/// The runtimes and operand types found without tensor cores.
+static WITHOUT: Mutex<Option<HashSet<(TypeId, DType)>>> = Mutex::new(None);
 
 /// The product `lhs · rhs` of two `[.., m, k]`, `[.., k, n]` tensors of the operand type,
-/// accumulated in `f32` and written in `out`'s type, with the kernel chosen for `R` and the
-/// operand type (module docs).
+/// accumulated in `f32` and written in `out`'s type: on tensor cores with a fixed kernel where
+/// the device has them, else through Burn's autotune (module docs).
 pub(super) fn product<R, F, I, BT, const D: usize>(
     lhs: Tensor<CubeBackend<R, F, I, BT>, D>,
     rhs: Tensor<CubeBackend<R, F, I, BT>, D>,
@@ -68,44 +63,25 @@ where
 {
     let (lhs_dims, rhs_dims) = (lhs.dims(), rhs.dims());
     let (lhs, rhs) = (primitive(lhs), primitive(rhs));
-    let output = init_matmul_output(&lhs, &rhs, out);
     let key = (TypeId::of::<R>(), lhs.dtype);
-    let mut errors = Vec::new();
-    for (index, strategy) in strategies().iter().enumerate().skip(first_available(key)) {
-        match launch(strategy, &lhs, &rhs, &output) {
+    let known_without = {
+        let without = WITHOUT.lock().unwrap_or_else(|e| e.into_inner());
+        without.as_ref().is_some_and(|set| set.contains(&key))
+    };
+    if !known_without {
+        let output = init_matmul_output(&lhs, &rhs, out);
+        match launch(&tensor_cores(), &lhs, &rhs, &output) {
             Ok(()) => return output,
-            // the device lacks what the kernel needs (tensor cores for this type): never again
-            // for this runtime and type
-            Err(e @ MatmulSetupError::Unavailable(_)) => {
-                unavailable(key, index);
-                errors.push(format!("{strategy}: {e:?}"));
+            Err(MatmulSetupError::Unavailable(_)) => {
+                let mut without = WITHOUT.lock().unwrap_or_else(|e| e.into_inner());
+                without.get_or_insert_with(HashSet::new).insert(key);
             }
             // this problem only (a size or layout the kernel does not take)
-            Err(e) => errors.push(format!("{strategy}: {e:?}")),
+            Err(_) => {}
         }
     }
-    panic!(
-        "no matmul kernel sets up for the scan's product {lhs_dims:?} · {rhs_dims:?}: {}",
-        errors.join("; ")
-    )
-}
-
-/// The first of [`strategies`] not known to be unavailable for this runtime and type.
-fn first_available(key: (TypeId, DType)) -> usize {
-    let skip = SKIP.lock().unwrap_or_else(|e| e.into_inner());
-    skip.as_ref()
-        .and_then(|m| m.get(&key).copied())
-        .unwrap_or(0)
-}
-
-/// Marks [`strategies`]`[index]` unavailable for this runtime and type, with those before it.
-fn unavailable(key: (TypeId, DType), index: usize) {
-    let mut skip = SKIP.lock().unwrap_or_else(|e| e.into_inner());
-    let first = skip
-        .get_or_insert_with(HashMap::new)
-        .entry(key)
-        .or_insert(0);
-    *first = (*first).max(index + 1);
+    matmul(lhs, rhs, None, MatmulStrategy::default(), out)
+        .unwrap_or_else(|e| panic!("the scan's product {lhs_dims:?} · {rhs_dims:?}: {e:?}"))
 }
 
 /// One product through cubek with `strategy`; an error where it does not set up.
