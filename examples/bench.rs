@@ -191,13 +191,7 @@ struct ColdStart {
     kernels_last: Option<usize>,
 }
 
-static COLD: Mutex<ColdStart> = Mutex::new(ColdStart {
-    first_run_s: 0.0,
-    first_done_s: 0.0,
-    second_done_s: 0.0,
-    kernels_first: None,
-    kernels_last: None,
-});
+static COLD: Mutex<Option<ColdStart>> = Mutex::new(None);
 
 fn since_start() -> f64 {
     START.get_or_init(Instant::now).elapsed().as_secs_f64()
@@ -221,13 +215,13 @@ fn timed_sampled(iters: usize, mut f: impl FnMut(), after: impl Fn()) -> f64 {
         })
         .collect();
     let second_done_s = first_done_s + times[0];
-    *COLD.lock().unwrap() = ColdStart {
+    *COLD.lock().unwrap() = Some(ColdStart {
         first_run_s,
         first_done_s,
         second_done_s,
         kernels_first,
         kernels_last: kernel_count(),
-    };
+    });
     median(times)
 }
 
@@ -340,7 +334,7 @@ fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> DeviceMemory {
 }
 
 fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
-    let cold = std::mem::take(&mut *COLD.lock().unwrap());
+    let cold = COLD.lock().unwrap().take().unwrap_or_default();
     let mut line = json!({
         "mode": mode,
         "median_s": median_s,

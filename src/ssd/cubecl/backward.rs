@@ -31,10 +31,11 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{part, product, rank5, rank6, recompute, Dims};
+use super::forward::{part, rank5, rank6, recompute, Dims};
 use super::inputs::Inputs;
 use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
+use super::product::product;
 use crate::ssd::backend::{float, primitive};
 
 /// The gradients of the scan's inputs: those of `x`, `B` and `C` of the operand type, the

@@ -1,8 +1,8 @@
 //! The forward of the fused scan as matrix products: every contraction but those of the
 //! output goes through cubek's matmul (`product`: a fixed tensor-core kernel on CUDA, Burn's
-//! autotune where the device has no tensor cores); custom kernels where no product fits (the decays, the
-//! state passing, the layouts) and for the output, whose decay is applied inside the tiles of its
-//! products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
+//! autotune where the device has no tensor cores); custom kernels where no product fits (the
+//! decays, the state passing, the layouts) and for the output, whose decay is applied inside
+//! the tiles of its products. Per chunk `j` (dimension letters as in [`crate::ssd`]):
 //!
 //! 1. the log-decays `dA`, their inclusive sums `cs` and the decay to the chunk's end;
 //! 2. the chunk layouts: `x·dt·to_end` per group, `B` and `C` (the gradient also lays out
@@ -30,7 +30,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use super::inputs::Inputs;
 use super::kernels;
 use super::launch::{empty, empty_as, launch, types, unused};
-pub(super) use super::product::product;
+use super::product::product;
 use crate::ssd::backend::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
