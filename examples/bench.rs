@@ -13,7 +13,7 @@
 //! run; on Wgpu and Cuda `kernels_compiled`, the kernels the process had compiled by the end of
 //! the first and of the last run, with `--count-kernels`), the throughput (`tokens_per_s` for train and forward,
 //! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill, on the
-//! dedicated CPU path `cpu::CpuBackbone`, with the tensor `step` beside it as
+//! dedicated CPU path `recurrent::CpuBackbone`, with the tensor `step` beside it as
 //! `tensor_step_us_per_token`), the
 //! peak resident memory of the process so far (on Wgpu and Cuda also the most device memory in
 //! use and reserved by CubeCL's pool, sampled after every run: `device_in_use_mb`,
@@ -50,7 +50,7 @@ use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
-use mamba2_burn::cpu::CpuBackbone;
+use mamba2_burn::recurrent::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, SsdInput};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
 use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig};
@@ -155,6 +155,11 @@ impl Args {
             self.batch = vec![1];
         }
         Ok(self)
+    }
+
+    /// The path of this run's `--ssd` (one per run: `run` splits a list).
+    fn fused_kernels(&self) -> mamba2_burn::FusedKernels {
+        fused_mode(&self.ssd[0]).expect("checked in main")
     }
 
     fn batch(&self) -> usize {
@@ -272,7 +277,8 @@ fn config(args: &Args) -> Mamba2BackboneConfig {
         .with_d_state(args.d_state)
         .with_headdim(args.headdim)
         .with_ngroups(args.ngroups)
-        .with_chunk_size(args.chunk_size);
+        .with_chunk_size(args.chunk_size)
+        .with_fused_kernels(Some(args.fused_kernels()));
     Mamba2BackboneConfig::new(args.n_layer, mixer)
 }
 
@@ -282,7 +288,7 @@ fn backend_name(args: &Args) -> String {
         "cpu" => format!(
             "ndarray-{}+openblas({} threads)",
             args.dtype,
-            mamba2_burn::blas::blas_threads()
+            mamba2_burn::train::blas_threads()
         ),
         #[cfg(not(feature = "blas"))]
         "cpu" => format!("ndarray-{}", args.dtype),
@@ -586,7 +592,7 @@ where
     Ok(timed_sampled(args.iters, run, || memory.sample()))
 }
 
-/// Seconds per token of the tensor `step` and of the dedicated CPU step (`cpu::CpuBackbone`),
+/// Seconds per token of the tensor `step` and of the dedicated CPU step (`recurrent::CpuBackbone`),
 /// both batch 1 after the same 16-token chunked prefill.
 fn bench_step<B: SsdBackend>(
     args: &Args,
@@ -649,7 +655,7 @@ fn ssd_input<B: Backend>(args: &Args, device: &B::Device) -> SsdInput<B> {
     let a = Tensor::<B, 1>::random([h], Distribution::Uniform(-16.0, -1.0), device);
     let bm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
     let cm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
-    SsdInput::new(x, dt, a, bm, cm, args.chunk_size)
+    SsdInput::new(x, dt, a, bm, cm, args.chunk_size).fused_kernels(args.fused_kernels())
 }
 
 fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
@@ -681,7 +687,8 @@ fn bench_ssd_train<B: SsdAutodiffBackend>(
             base.b.clone().require_grad(),
             base.c.clone().require_grad(),
             base.chunk_size,
-        );
+        )
+        .fused_kernels(base.kernels);
         let leaves = [&input.x, &input.b, &input.c].map(|t| t.clone());
         let (dt, a) = (input.dt.clone(), input.a.clone());
         let (y, s) = ssd_chunked(input);
@@ -719,8 +726,8 @@ fn set_dtype<B: SsdBackend>(args: &Args, device: &B::Device) -> Result<(), Strin
 }
 
 /// `--ssd`'s path as the library's setting.
-fn fused_mode(ssd: &str) -> Option<mamba2_burn::ssd::FusedKernels> {
-    use mamba2_burn::ssd::FusedKernels;
+fn fused_mode(ssd: &str) -> Option<mamba2_burn::FusedKernels> {
+    use mamba2_burn::FusedKernels;
     match ssd {
         "fused" => Some(FusedKernels::Always),
         "tensor-ops" => Some(FusedKernels::Never),
@@ -743,7 +750,6 @@ fn run<B: SsdBackend>(
     };
     for batch in batches {
         for ssd in &args.ssd {
-            mamba2_burn::ssd::set_fused_kernels_mode(fused_mode(ssd).expect("checked in main"));
             let args = Args {
                 ssd: vec![ssd.clone()],
                 batch: vec![batch],
@@ -846,7 +852,7 @@ fn main() {
         println!("{line}");
     }
     #[cfg(feature = "blas")]
-    mamba2_burn::blas::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
+    mamba2_burn::train::set_blas_threads(args.blas_threads.unwrap_or(if args.step_threads() > 1 {
         1
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())

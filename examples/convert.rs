@@ -12,7 +12,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use mamba2_burn::{load_lm, read_config, save_checkpoint, CheckpointFormat};
+use mamba2_burn::checkpoint::read_config;
+use mamba2_burn::{load_lm, save_checkpoint, CheckpointFormat};
 
 #[derive(Parser, Debug)]
 #[command(

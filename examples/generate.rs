@@ -25,7 +25,8 @@ use std::time::Instant;
 mod common;
 
 use clap::Parser;
-use mamba2_burn::{load_lm, DecodeStep, GenerateConfig, SsdBackend};
+use mamba2_burn::generate::DecodeStep;
+use mamba2_burn::{load_lm, GenerateConfig, SsdBackend};
 
 #[derive(Parser, Debug)]
 #[command(about = "Continue a prompt with a Mamba-2 checkpoint")]

@@ -18,10 +18,10 @@ import sys
 
 # Lowest first. A module may use those before it; within `layers`, the order of its files.
 LEVELS = [
-    "error", "precision", "cubecl_setup", "init", "blas", "ssd",
+    "error", "precision", "cubecl_setup", "init", "ssd",
     "layers::activation", "layers::norm", "layers::documents", "layers::state",
     "layers::mixer", "layers::block", "layers::backbone", "layers",
-    "models", "sampling", "tokenizer", "cpu", "generate", "checkpoint", "data", "train",
+    "models", "sampling", "tokenizer", "recurrent", "generate", "checkpoint", "data", "train",
 ]
 RANK = {name: i for i, name in enumerate(LEVELS)}
 EXTERNAL = {"crate", "super", "self", "std", "core", "alloc"}

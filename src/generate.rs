@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use burn::config::Config;
 use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
 
-use crate::cpu::{CpuLm, CpuLmState};
 use crate::error::Mamba2Error;
 use crate::layers::state::BackboneState;
 use crate::models::lm::{check_in_vocab, Mamba2Lm};
+use crate::recurrent::{CpuLm, CpuLmState};
 use crate::sampling::Sampler;
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::SsdBackend;
 
 /// Settings of [`Mamba2Lm::generate`].
 #[derive(Config, Debug)]

@@ -8,10 +8,10 @@
 //!   last token, and `step` continues it one token at a time; [`Documents`] packs several
 //!   sequences into one row.
 //! - [`ssd`] holds the math: the chunked scan, the sequential recurrence and the single step.
-//! - [`load_lm`] reads Hugging Face and state-spaces checkpoint folders; [`train`] has the
-//!   `TrainStep` / `InferenceStep` impls, the optimizer and complete training runs with Burn's
-//!   `Learner`; [`StreamingForecaster`] and [`cpu`] run the recurrent step on the CPU for one
-//!   stream at a time.
+//! - [`load_lm`] reads Hugging Face and state-spaces checkpoint folders ([`checkpoint`] has the
+//!   rest); [`train`] has the `TrainStep` / `InferenceStep` impls, the optimizer and complete
+//!   training runs with Burn's `Learner`; [`StreamingForecaster`] and [`recurrent`] run the
+//!   recurrent step on the CPU for one stream at a time.
 //! - `cubecl_setup` (with a GPU feature): CubeCL's persistent kernel and autotune caches, which
 //!   the first model built turns on, so that a GPU process after the first starts warm.
 //!
@@ -41,8 +41,7 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-mod checkpoint;
-pub mod cpu;
+pub mod checkpoint;
 #[cfg(feature = "cubecl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cubecl")))]
 pub mod cubecl_setup;
@@ -55,6 +54,7 @@ mod init;
 mod layers;
 mod models;
 mod precision;
+pub mod recurrent;
 pub mod sampling;
 pub mod ssd;
 #[cfg(feature = "tokenizer")]
@@ -64,24 +64,23 @@ pub mod tokenizer;
 #[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub mod train;
 
-#[cfg(feature = "blas")]
-#[cfg_attr(docsrs, doc(cfg(feature = "blas")))]
-pub mod blas;
-
-pub use checkpoint::*;
-pub use cpu::streaming::*;
-pub use error::*;
-pub use generate::{DecodeStep, Finish, GenerateConfig, Generation};
 pub use layers::activation;
-pub use layers::backbone::*;
-pub use layers::block::*;
-pub use layers::documents::*;
-pub use layers::mixer::*;
-pub use layers::norm::*;
-pub use layers::state::*;
-pub use models::forecaster::*;
-pub use models::lm::*;
-pub use models::regressor::*;
-#[allow(deprecated)]
-pub use ssd::backend::SsdInputs;
-pub use ssd::backend::{ProjectionGrads, SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};
+
+// The models, their layers, configs, states and errors; the plumbing stays in its module
+// (`checkpoint`, `generate`, `ssd`, `train`, ...).
+pub use checkpoint::{load_backbone, load_lm, save_checkpoint, save_lm, CheckpointFormat};
+pub use error::{Mamba2Error, Result};
+pub use generate::{GenerateConfig, Generation};
+pub use layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2BackboneRecord};
+pub use layers::block::{Mamba2Block, Mamba2BlockConfig, Mamba2BlockRecord};
+pub use layers::documents::Documents;
+pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
+pub use layers::norm::{RmsNorm, RmsNormConfig, RmsNormGated, RmsNormGatedConfig};
+pub use layers::state::{BackboneState, Mamba2State};
+pub use models::forecaster::{
+    ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig, Mamba2ForecasterRecord, RevIn,
+};
+pub use models::lm::{Mamba2Lm, Mamba2LmConfig, Mamba2LmRecord};
+pub use models::regressor::{Mamba2Regressor, Mamba2RegressorConfig, Mamba2RegressorRecord};
+pub use recurrent::StreamingForecaster;
+pub use ssd::{FusedKernels, ProjectionBackend, SsdAutodiffBackend, SsdBackend};

@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use burn::backend::NdArray;
 use burn::module::Module;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use mamba2_burn::{
-    load_lm, read_config, Mamba2BackboneConfig, Mamba2Config, Mamba2Error, Mamba2LmConfig,
-};
+use mamba2_burn::checkpoint::read_config;
+use mamba2_burn::{load_lm, Mamba2BackboneConfig, Mamba2Config, Mamba2Error, Mamba2LmConfig};
 
 type B = NdArray<f32>;
 

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use mamba2_burn::checkpoint::read_config;
 use mamba2_burn::{
-    load_backbone, load_lm, read_config, save_lm, CheckpointFormat, DtLimit, Mamba2BackboneConfig,
-    Mamba2Config, Mamba2Error, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
+    load_backbone, load_lm, save_lm, CheckpointFormat, DtLimit, Mamba2BackboneConfig, Mamba2Config,
+    Mamba2Error, Mamba2LmConfig, Mamba2RegressorConfig, Mamba2State,
 };
 
 type B = NdArray<f32>;
@@ -570,7 +571,7 @@ fn a_save_killed_midway_leaves_the_previous_checkpoint_intact() {
         .clone()
         .save_file(
             dir.path().join("model"),
-            &mamba2_burn::AtomicFileRecorder(DiesMidway),
+            &mamba2_burn::checkpoint::AtomicFileRecorder(DiesMidway),
         )
         .unwrap_err();
     assert!(err.to_string().contains("killed midway"), "{err}");

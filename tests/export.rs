@@ -9,9 +9,8 @@ use std::path::Path;
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
-use mamba2_burn::{
-    load_lm, read_config, save_checkpoint, CheckpointFormat, Mamba2Error, Mamba2LmConfig,
-};
+use mamba2_burn::checkpoint::read_config;
+use mamba2_burn::{load_lm, save_checkpoint, CheckpointFormat, Mamba2Error, Mamba2LmConfig};
 use serde_json::Value;
 
 use crate::common::safetensors::read_entries;

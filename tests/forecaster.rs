@@ -456,7 +456,7 @@ fn patch_settings_are_checked() {
 /// returned and saved is that epoch's checkpoint (kept besides the last two).
 #[test]
 fn forecasting_run_stops_early_and_keeps_the_best_epoch() {
-    use mamba2_burn::load_module_record;
+    use mamba2_burn::checkpoint::load_module_record;
     use mamba2_burn::train::{
         evaluate_forecaster, train_forecaster, ForecastTrainingConfig, ProgressMode, RunConfig,
     };

@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use burn::backend::NdArray;
+use mamba2_burn::checkpoint::read_config;
 use mamba2_burn::data::timeseries::TimeSeries;
-use mamba2_burn::{load_lm, read_config, Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
+use mamba2_burn::{load_lm, Mamba2BackboneConfig, Mamba2Config, Mamba2LmConfig};
 use mutate::{check, mutate_bytes, mutate_number, Tally, INTEGERS};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;

@@ -9,7 +9,8 @@ use std::ops::ControlFlow;
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
-use mamba2_burn::{load_lm, DecodeStep, Finish, GenerateConfig, Mamba2Error, Mamba2Lm};
+use mamba2_burn::generate::{DecodeStep, Finish};
+use mamba2_burn::{load_lm, GenerateConfig, Mamba2Error, Mamba2Lm};
 
 use crate::reference::fixture_root;
 

@@ -30,11 +30,11 @@ mod ndarray {
 
     include!("paths/cases.rs");
 
-    /// The dedicated CPU step (`cpu::CpuBackbone`) equals the chunked forward token by token,
+    /// The dedicated CPU step (`recurrent::CpuBackbone`) equals the chunked forward token by token,
     /// from the zero state and after a chunked prefill, on every mixer config (2 layers each).
     #[test]
     fn cpu_step_equals_forward() {
-        use mamba2_burn::cpu::CpuBackbone;
+        use mamba2_burn::recurrent::CpuBackbone;
         let _rng = seeded(11);
         let mut worst: f64 = 0.0;
         for (k, config) in mixer_configs().into_iter().enumerate() {
@@ -107,10 +107,16 @@ macro_rules! cases_on {
                 };
             }
 
+            thread_local! {
+                // held by each test's thread until it ends
+                static FUSED: mamba2_burn::ssd::FusedKernelsOverride =
+                    mamba2_burn::ssd::override_fused_kernels(mamba2_burn::FusedKernels::Always);
+            }
+
             fn dev() -> $device {
                 // the fused kernels wherever the backend has them, also where the default
-                // runs the tensor operations (Cuda, until measured); no test turns them off
-                mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
+                // runs the tensor operations (Cuda, until measured), for the whole test
+                FUSED.with(|_| ());
                 Default::default()
             }
 

@@ -27,11 +27,10 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{ModuleVisitor, Param};
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::{Int, Tensor, TensorData};
+use mamba2_burn::checkpoint::{pytorch_name, read_config};
+use mamba2_burn::generate::DecodeStep;
 use mamba2_burn::train::masked_cross_entropy;
-use mamba2_burn::{
-    load_backbone, load_lm, pytorch_name, read_config, BackboneState, CheckpointFormat, DecodeStep,
-    GenerateConfig,
-};
+use mamba2_burn::{load_backbone, load_lm, BackboneState, CheckpointFormat, GenerateConfig};
 use mamba2_burn::{SsdAutodiffBackend, SsdBackend};
 
 /// The largest relative errors a case may have.
@@ -539,7 +538,7 @@ mod wgpu {
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_wgpu_f16() {
         // the fused scan, whatever the default for `f16` on Wgpu
-        mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
+        let _fused = mamba2_burn::ssd::override_fused_kernels(mamba2_burn::FusedKernels::Always);
         let dev = WgpuDevice::Cpu;
         burn::tensor::set_default_dtypes::<Wgpu<f32, i32>>(&dev, FloatDType::F16, IntDType::I32)
             .expect("f16 as the float type of the CPU adapter, set before any tensor on it");
@@ -572,7 +571,7 @@ mod cuda {
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_cuda() {
         // the fused scan (the default on Cuda is the tensor operations until measured there)
-        mamba2_burn::ssd::set_fused_kernels_mode(mamba2_burn::ssd::FusedKernels::Always);
+        let _fused = mamba2_burn::ssd::override_fused_kernels(mamba2_burn::FusedKernels::Always);
         let dev = CudaDevice::default();
         let name = "cuda (fused)";
         let mut failed = check_cases::<Autodiff<Cuda<f32, i32>>>(name, &dev, false, TF32_TOL);

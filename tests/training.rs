@@ -545,62 +545,40 @@ fn a_packed_batch_scores_each_document_on_its_own() {
     );
 }
 
-/// The `config.json` of runs made before the run's settings were nested under `run` (written by
-/// the crate's earlier layout: `tests/fixtures/configs`) load with every setting in place, save in
-/// the nested layout, and load back to the same config; so an earlier run still resumes (resume
-/// compares the saved config with the run's).
+/// Training configs save and load back to the same config (resume compares the saved config
+/// with the run's); one of the layout before the run's settings were nested under `run`
+/// (`tests/fixtures/configs`) is refused with an error that names `run`, never read with some
+/// settings at their defaults.
 #[test]
-fn training_configs_of_the_flat_layout_still_load() {
+fn training_configs_round_trip_and_the_flat_layout_is_refused() {
     use burn::config::Config;
-    use mamba2_burn::train::{ForecastLoss, ForecastTrainingConfig};
+    use mamba2_burn::train::{ForecastTrainingConfig, RunConfig};
 
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs");
     let tmp = tempfile::tempdir().unwrap();
 
-    let lm = LmTrainingConfig::load(dir.join("lm-training-flat.json")).unwrap();
-    let r = &lm.run;
-    assert_eq!(
-        (
-            r.lr,
-            r.min_lr_ratio,
-            r.warmup_fraction,
-            r.batch_size,
-            r.epochs,
-            r.seed
-        ),
-        (0.005, 0.1, 0.05, 16, 2, 7)
-    );
-    assert_eq!((r.step_threads, r.optimizer.grad_clip_norm), (1, Some(1.0)));
-    assert_eq!(lm.ignore_index, Some(0));
-    assert_eq!((lm.model.vocab_size, lm.model.backbone.n_layer), (10, 2));
-    let resaved = tmp.path().join("lm.json");
-    lm.save(&resaved).unwrap();
+    let lm = common::copy_lm_config(2, 0.005)
+        .with_run(
+            RunConfig::new(0.005)
+                .with_batch_size(16)
+                .with_epochs(2)
+                .with_seed(7),
+        )
+        .with_ignore_index(Some(0));
+    let saved = tmp.path().join("lm.json");
+    lm.save(&saved).unwrap();
     let nested: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&resaved).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
     assert_eq!(nested["run"]["lr"], serde_json::json!(0.005));
-    assert!(nested.get("lr").is_none(), "lr stays at the top level");
-    let again = LmTrainingConfig::load(&resaved).unwrap();
+    assert!(nested.get("lr").is_none(), "lr stays in run");
+    let again = LmTrainingConfig::load(&saved).unwrap();
     assert_eq!(again.to_string(), lm.to_string());
 
-    let fc = ForecastTrainingConfig::load(dir.join("forecast-training-flat.json")).unwrap();
-    let r = &fc.run;
-    assert_eq!(
-        (r.lr, r.batch_size, r.epochs, r.seed, r.step_threads),
-        (0.003, 16, 2, 42, 1)
-    );
-    assert_eq!(fc.lookback, 32);
-    assert_eq!(fc.model.horizon, 6);
-    assert!(matches!(fc.loss, ForecastLoss::Mse));
-    assert_eq!((fc.patience, fc.restore_best), (None, true));
-    let resaved = tmp.path().join("forecast.json");
-    fc.save(&resaved).unwrap();
-    let again = ForecastTrainingConfig::load(&resaved).unwrap();
-    assert_eq!(again.to_string(), fc.to_string());
-
-    // a run's settings in both places is refused, naming the field
-    let both = r#"{"model": {}, "run": {"lr": 0.1}, "epochs": 3}"#;
-    let path = tmp.path().join("both.json");
-    std::fs::write(&path, both).unwrap();
-    let e = LmTrainingConfig::load(&path).unwrap_err().to_string();
-    assert!(e.contains("`epochs`"), "{e}");
+    let fc = ForecastTrainingConfig::load(dir.join("forecast-training-flat.json"));
+    let e = fc.unwrap_err().to_string();
+    assert!(e.contains("`run`"), "{e}");
+    let e = LmTrainingConfig::load(dir.join("lm-training-flat.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`run`"), "{e}");
 }

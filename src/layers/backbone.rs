@@ -1,6 +1,6 @@
 //! The backbone: a stack of residual blocks and the final norm.
 
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::{FusedKernels, SsdBackend};
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
@@ -108,6 +108,15 @@ impl<B: Backend> Mamba2Backbone<B> {
     /// Width of the residual stream.
     pub fn d_model(&self) -> usize {
         self.layers[0].mixer.d_model()
+    }
+
+    /// Sets where every layer's chunked SSD and projections run the backend's fused kernels
+    /// ([`Mamba2::set_fused_kernels`](crate::Mamba2::set_fused_kernels)); the models reach it
+    /// through their `backbone` field.
+    pub fn set_fused_kernels(&mut self, mode: FusedKernels) {
+        for layer in &mut self.layers {
+            layer.mixer.set_fused_kernels(mode);
+        }
     }
 
     /// The all-zero state of a fresh batch of `batch` sequences.

@@ -1,6 +1,6 @@
 //! The pre-norm residual block: `h + Mamba2(RMSNorm(h))`.
 
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};

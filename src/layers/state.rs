@@ -2,7 +2,7 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::ssd::recurrence::continue_rows;
+use crate::ssd::continue_rows;
 
 /// The state of one [`Mamba2`](crate::Mamba2) mixer after some prefix of a sequence.
 ///

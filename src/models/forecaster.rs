@@ -13,7 +13,7 @@
 //! - a **flatten head** (PatchTST) that maps every token's hidden state to the horizon, beside
 //!   the head on the last token's hidden state that suits streaming.
 
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::SsdBackend;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Linear};

@@ -1,6 +1,6 @@
 //! The causal language model: embedding, backbone, LM head.
 
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, Linear};

@@ -1,6 +1,6 @@
 //! A sequence regressor for time series: a linear input layer, the backbone, a linear output.
 
-use crate::ssd::backend::SsdBackend;
+use crate::ssd::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;

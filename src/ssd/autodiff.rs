@@ -12,7 +12,10 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::ops::ModuleOps;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata};
 
-use super::backend::{float, primitive, tensor_ops, SsdBackend, SsdPrimitives};
+use super::backend::{tensor_ops, SsdBackend, SsdPrimitives};
+use super::fused::FusedKernels;
+use super::primitive::{float, primitive};
+use super::projection::ProjectionBackend;
 use crate::precision::{cast_to, compute_dtype};
 
 /// The backward of the fused scan over `N` differentiable inputs: x, dt, a, B, C and, when
@@ -21,12 +24,13 @@ use crate::precision::{cast_to, compute_dtype};
 struct SsdBackward;
 
 /// What the backward keeps: the checkpointed inputs, the document starts (data, not
-/// differentiated), the chunk length and the shapes of the two outputs.
+/// differentiated), the chunk length, the path and the shapes of the two outputs.
 #[derive(Debug, Clone)]
 struct SsdState<B: SsdBackend> {
     nodes: Vec<NodeId>,
     starts: Option<FloatTensor<B>>,
     chunk_size: usize,
+    kernels: FusedKernels,
     y_shape: Shape,
     state_shape: Shape,
 }
@@ -47,7 +51,7 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for SsdBackward {
             .map(|id| checkpointer.retrieve_node_output(*id))
             .collect();
         let initial_state = (N == 6).then(|| inputs.pop().expect("six inputs"));
-        let [x, dt, a, b_mat, c_mat]: [FloatTensor<B>; 5] = inputs.try_into().expect("five");
+        let [x, dt, a, b, c]: [FloatTensor<B>; 5] = inputs.try_into().expect("five");
         // the output is y and the final state, flattened and concatenated
         let grad = float::<B, 1>(grads.consume::<B>(&ops.node));
         let (ny, ns) = (
@@ -63,16 +67,17 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for SsdBackward {
                 x,
                 dt,
                 a,
-                b_mat,
-                c_mat,
+                b,
+                c,
                 initial_state,
                 starts: state.starts,
                 chunk_size: state.chunk_size,
+                kernels: state.kernels,
             },
             primitive(grad_y),
             primitive(grad_state),
         );
-        let mut each = vec![g.x, g.dt, g.a, g.b_mat, g.c_mat];
+        let mut each = vec![g.x, g.dt, g.a, g.b, g.c];
         each.extend(g.initial_state);
         for (parent, grad) in ops.parents.iter().zip(each) {
             if let Some(node) = parent {
@@ -90,13 +95,13 @@ struct ProjectionBackward;
 /// What a projection's backward keeps: its two matrix operands (the products need both) and
 /// the bias's type.
 #[derive(Debug, Clone)]
-struct ProjectionState<B: SsdBackend> {
+struct ProjectionState<B: ProjectionBackend> {
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<DType>,
 }
 
-impl<B: SsdBackend, const N: usize> Backward<B, N> for ProjectionBackward {
+impl<B: ProjectionBackend, const N: usize> Backward<B, N> for ProjectionBackward {
     type State = ProjectionState<B>;
 
     fn backward(
@@ -119,7 +124,7 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for ProjectionBackward {
 }
 
 /// The fused projection of `inputs` (x, weight and maybe the bias) as one autodiff node.
-fn projection_node<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
+fn projection_node<B: ProjectionBackend, C: CheckpointStrategy, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
 ) -> FloatTensor<Autodiff<B, C>> {
     let nodes = inputs.each_ref().map(|t| t.node.clone());
@@ -144,7 +149,7 @@ fn projection_node<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
     }
 }
 
-impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
+impl<B: ProjectionBackend, C: CheckpointStrategy> ProjectionBackend for Autodiff<B, C> {
     fn projection(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -158,35 +163,39 @@ impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
             None => projection_node::<B, C, 2>([x, weight]),
         }
     }
+}
 
+impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let dtype = inputs.x.dtype();
-        if !B::has_fused_ssd(dtype, inputs.chunk_size) {
+        if !B::has_fused_ssd(dtype, inputs.chunk_size, inputs.kernels) {
             return tensor_ops(inputs);
         }
         let SsdPrimitives {
             x,
             dt,
             a,
-            b_mat,
-            c_mat,
+            b,
+            c,
             initial_state,
             starts,
             chunk_size,
+            kernels,
         } = inputs;
         let starts = starts.map(|s| s.primitive);
-        let mut tracked = vec![x, dt, a, b_mat, c_mat];
+        let mut tracked = vec![x, dt, a, b, c];
         tracked.extend(initial_state);
         let inner =
             |tensors: &[FloatTensor<Self>], starts: Option<FloatTensor<B>>| SsdPrimitives::<B> {
                 x: tensors[0].primitive.clone(),
                 dt: tensors[1].primitive.clone(),
                 a: tensors[2].primitive.clone(),
-                b_mat: tensors[3].primitive.clone(),
-                c_mat: tensors[4].primitive.clone(),
+                b: tensors[3].primitive.clone(),
+                c: tensors[4].primitive.clone(),
                 initial_state: tensors.get(5).map(|t| t.primitive.clone()),
                 starts,
                 chunk_size,
+                kernels,
             };
         let forward = |inputs: SsdPrimitives<B>| {
             let (y, state) = B::ssd_chunked(inputs);
@@ -202,9 +211,9 @@ impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
             (primitive(flat), y_shape, state_shape)
         };
         let output = if tracked.len() == 6 {
-            register::<B, C, 6>(&tracked, starts, chunk_size, inner, forward)
+            register::<B, C, 6>(&tracked, starts, chunk_size, kernels, inner, forward)
         } else {
-            register::<B, C, 5>(&tracked, starts, chunk_size, inner, forward)
+            register::<B, C, 5>(&tracked, starts, chunk_size, kernels, inner, forward)
         };
         let (flat, y_shape, state_shape) = output;
         let flat = float::<Self, 1>(flat);
@@ -229,6 +238,7 @@ fn register<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
     tracked: &[FloatTensor<Autodiff<B, C>>],
     starts: Option<FloatTensor<B>>,
     chunk_size: usize,
+    kernels: FusedKernels,
     inner: impl Fn(&[FloatTensor<Autodiff<B, C>>], Option<FloatTensor<B>>) -> SsdPrimitives<B>,
     forward: impl Fn(SsdPrimitives<B>) -> Flat<B>,
 ) -> Flat<Autodiff<B, C>> {
@@ -241,6 +251,7 @@ fn register<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
                 nodes: ids,
                 starts,
                 chunk_size,
+                kernels,
                 y_shape: y_shape.clone(),
                 state_shape: state_shape.clone(),
             };

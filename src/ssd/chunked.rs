@@ -383,6 +383,7 @@ pub fn ssd_chunked_tensor_ops<B: Backend>(input: SsdInput<B>) -> (Tensor<B, 4>, 
         chunk_size,
         initial_state,
         starts,
+        kernels: _,
     } = input;
     let [b, l, h, p] = x.dims();
     let [_, _, g, n] = b_mat.dims();

@@ -28,13 +28,7 @@
 
 use serde::Serialize;
 
-/// The threads per cube of the scan's kernels (`ssd/cubecl/launch.rs`).
-const KERNEL_CUBE: usize = 64;
-/// The cube side of the scan's scans (`ssd/cubecl/kernels.rs`): `TILE²` threads, a thread per
-/// step of a chunk.
-const TILE: usize = 16;
-/// The output tile side of the scan's tiled kernels (`ssd/cubecl/kernels.rs`), a cube per tile.
-const BLOCK: usize = 32;
+use super::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, TILE};
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
 /// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its

@@ -2,9 +2,12 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
+use super::fused::FusedKernels;
+
 /// The inputs of one SSD scan over `l` tokens, for [`ssd_chunked`](super::ssd_chunked) and
 /// [`ssd_sequential`](super::ssd_sequential); built with [`SsdInput::new`] and, where wanted,
-/// [`initial_state`](SsdInput::initial_state) and [`document_starts`](SsdInput::document_starts).
+/// [`initial_state`](SsdInput::initial_state), [`document_starts`](SsdInput::document_starts)
+/// and [`fused_kernels`](SsdInput::fused_kernels).
 ///
 /// # Shapes
 /// - x: `[b, l, h, p]`, dt: `[b, l, h]` (after softplus and clamp), a: `[h]` (negative)
@@ -30,6 +33,9 @@ pub struct SsdInput<B: Backend> {
     pub initial_state: Option<Tensor<B, 4>>,
     /// The document starts of packed rows (`None`: one document per row).
     pub starts: Option<Tensor<B, 2>>,
+    /// Where the chunked form runs the backend's fused kernels (default
+    /// [`FusedKernels::Measured`]; the sequential form ignores it).
+    pub kernels: FusedKernels,
 }
 
 impl<B: Backend> SsdInput<B> {
@@ -54,6 +60,7 @@ impl<B: Backend> SsdInput<B> {
             chunk_size,
             initial_state: None,
             starts: None,
+            kernels: FusedKernels::default(),
         }
     }
 
@@ -71,6 +78,16 @@ impl<B: Backend> SsdInput<B> {
     pub fn document_starts(self, starts: impl Into<Option<Tensor<B, 2>>>) -> Self {
         Self {
             starts: starts.into(),
+            ..self
+        }
+    }
+
+    /// Runs the chunked form on the backend's fused kernels or the tensor operations as `mode`
+    /// says (the calling thread's [`override_fused_kernels`](super::override_fused_kernels)
+    /// takes precedence).
+    pub fn fused_kernels(self, mode: FusedKernels) -> Self {
+        Self {
+            kernels: mode,
             ..self
         }
     }

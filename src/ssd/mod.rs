@@ -26,45 +26,59 @@
 //! `f32` (dt, A, the decays and the states) and returns `y` in the input's type; the states it
 //! returns are `f32`.
 //!
-//! The files of this folder, each depending only on those listed before it:
-//! - `cost`: [`cost`], the cost model of the fused CubeCL scan's launches (no backend);
+//! Everything of the SSD is reached from here: the functions above, the inputs ([`SsdInput`]),
+//! the path ([`FusedKernels`]) and the backend traits ([`SsdBackend`], [`ProjectionBackend`],
+//! [`SsdAutodiffBackend`]) with their primitives. The files of this folder, each depending only
+//! on those listed before it:
+//! - `geometry`: the cube and tile sides of the fused CubeCL scan (no backend);
+//! - `cost`: the cost model of that scan's launches (hidden from the API; the bench prints it);
+//! - `fused`: [`FusedKernels`] and its scoped override;
 //! - `input`: [`SsdInput`], the inputs of both forms;
 //! - `chunked`: the chunked form as tensor operations, one function per step;
 //! - `recurrence`: the sequential recurrence and the single step;
+//! - `primitive`, `projection`: [`ProjectionBackend`], the mixer's projections as a backend
+//!   operation;
 //! - `backend`: [`SsdBackend`], the chunked scan as a backend operation (its default: the
-//!   tensor operations), and its NdArray implementation;
-//! - `autodiff`: the backend operation under `Autodiff` (one node with the backend's gradient);
-//! - `cpu` (feature `ndarray`): the fused scan over slices, forward and backward, for
-//!   burn-ndarray;
+//!   tensor operations);
+//! - `autodiff`: both operations under `Autodiff` (one node with the backend's gradient);
+//! - `ndarray` (feature `ndarray`): the fused scan and projections over slices, forward and
+//!   backward, for burn-ndarray;
 //! - `cubecl` (feature `cubecl`): the fused kernels, forward and backward, for the CubeCL
 //!   backends and their fusion wrapper.
 
 mod autodiff;
-pub(crate) mod backend;
-pub(crate) mod chunked;
+mod backend;
+mod chunked;
+#[doc(hidden)]
 pub mod cost;
-#[cfg(feature = "ndarray")]
-mod cpu;
 #[cfg(feature = "cubecl")]
 mod cubecl;
+mod fused;
+mod geometry;
 mod input;
-pub(crate) mod recurrence;
+#[cfg(feature = "ndarray")]
+mod ndarray;
+mod primitive;
+mod projection;
+mod recurrence;
 #[cfg(all(test, feature = "ndarray"))]
 mod tests;
 
 use burn::tensor::Tensor;
 
-pub use backend::{
-    fused_kernels, fused_kernels_mode, set_fused_kernels, set_fused_kernels_mode, FusedKernels,
-};
-use backend::{SsdBackend, SsdPrimitives};
+pub use backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};
 pub use chunked::ssd_chunked_tensor_ops;
+pub use fused::{override_fused_kernels, FusedKernels, FusedKernelsOverride};
 pub use input::SsdInput;
+pub use projection::{projection, ProjectionBackend, ProjectionGrads};
 pub use recurrence::{ssd_sequential, ssd_step};
+
+pub(crate) use recurrence::continue_rows;
 
 /// The chunked SSD ("4 steps"): exact, on the backend's own path ([`SsdBackend::ssd_chunked`]):
 /// fused kernels on the CubeCL backends, a fused scan over slices on NdArray (`f32`, `f64`),
-/// [`ssd_chunked_tensor_ops`] elsewhere.
+/// [`ssd_chunked_tensor_ops`] elsewhere and where [`SsdInput::kernels`] (or the calling
+/// thread's [`override_fused_kernels`]) is [`FusedKernels::Never`].
 ///
 /// Any `l` is accepted (padding to a multiple of the chunk size is internal), any chunk size
 /// `q ≥ 1`; with [`SsdInput::document_starts`] a row holds several documents. Returns `y`
@@ -75,29 +89,10 @@ pub use recurrence::{ssd_sequential, ssd_step};
 /// - input: see [`SsdInput`]
 /// - returns y `[b, l, h, p]` and the final state `[b, h, p, n]`
 pub fn ssd_chunked<B: SsdBackend>(input: SsdInput<B>) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    if !fused_kernels() {
-        return ssd_chunked_tensor_ops(input);
+    let input = SsdPrimitives::from(input);
+    if input.kernels == FusedKernels::Never {
+        return ssd_chunked_tensor_ops(SsdInput::from(input));
     }
-    let (y, state) = B::ssd_chunked(SsdPrimitives::from(input));
-    (backend::float(y), backend::float(state))
-}
-
-/// `x · weight (+ bias)` through [`SsdBackend::projection`] (Burn's `linear` when the fused
-/// kernels are off, [`set_fused_kernels`]).
-///
-/// # Shapes
-/// - x `[m, k]`, weight `[k, n]`, bias `[n]`; returns `[m, n]`
-pub fn projection<B: SsdBackend>(
-    x: Tensor<B, 2>,
-    weight: Tensor<B, 2>,
-    bias: Option<Tensor<B, 1>>,
-) -> Tensor<B, 2> {
-    if !fused_kernels() {
-        return burn::tensor::module::linear(x, weight, bias);
-    }
-    backend::float(B::projection(
-        backend::primitive(x),
-        backend::primitive(weight),
-        bias.map(backend::primitive),
-    ))
+    let (y, state) = B::ssd_chunked(input);
+    (primitive::float(y), primitive::float(state))
 }

@@ -4,8 +4,9 @@
 use burn::tensor::{Tensor, TensorData};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use crate::ssd::backend::{set_fused_kernels_mode, FusedKernels, SsdAutodiffBackend, SsdBackend};
+use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 use crate::ssd::chunked::tests::{assert_within, uniform};
+use crate::ssd::fused::FusedKernels;
 use crate::ssd::{ssd_chunked, ssd_chunked_tensor_ops, SsdInput};
 
 /// One random configuration.
@@ -144,9 +145,6 @@ pub(crate) const F32_PRODUCTS: Tolerance = Tolerance {
 /// state of a random linear function of both, fused and as tensor operations, within `tol`;
 /// prints the worst errors.
 pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device, tol: Tolerance) {
-    // the fused kernels wherever the backend has them, also where the default (`Measured`)
-    // runs the tensor operations; no test turns them off, so the mode is safe to share
-    set_fused_kernels_mode(FusedKernels::Always);
     let mut rng = StdRng::seed_from_u64(41);
     let mut worst = (0.0f64, 0.0f64);
     for (k, case) in CASES.iter().enumerate() {
@@ -163,7 +161,7 @@ pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device
         let x = uniform::<B, 4>(&mut rng, [b, l, h, p], -1.0..1.0, device);
         // otherwise both sides would be the tensor operations
         assert!(
-            B::InnerBackend::has_fused_ssd(x.dtype(), q),
+            B::InnerBackend::has_fused_ssd(x.dtype(), q, FusedKernels::Always),
             "case {k}: the backend runs no fused scan for it"
         );
         let dt = uniform::<B, 3>(&mut rng, [b, l, h], 0.001..case.dt_max, device);
@@ -207,8 +205,10 @@ pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device
             )
             .initial_state(leaves.5.clone())
             .document_starts(starts.clone());
+            // the fused kernels wherever the backend has them, also where the default
+            // (`Measured`) runs the tensor operations
             let (y, state) = if fused {
-                ssd_chunked(input)
+                ssd_chunked(input.fused_kernels(FusedKernels::Always))
             } else {
                 ssd_chunked_tensor_ops(input)
             };

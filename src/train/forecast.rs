@@ -2,7 +2,7 @@
 //! machinery of [`train_lm`](super::train_lm) (resume, atomic checkpoints, the non-finite
 //! guard, `metrics.csv`), and the held-out scores of a forecaster.
 
-use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 use std::path::Path;
 
 use burn::config::Config;
@@ -13,7 +13,7 @@ use burn::tensor::{ElementConversion, Tensor};
 use burn::train::metric::LossMetric;
 
 use super::batch::{ForecastBatch, ForecastLoss, WindowBatcher};
-use super::config::{deprecated_run_builders, training_config_io, RunConfig};
+use super::config::{training_config_io, RunConfig};
 use super::devices::TrainDevices;
 use super::run::{best_valid_epoch, launch, ProgressMode, Run, RunData};
 use super::stopping::{KeepBestAndLast, ValidLossStopping};
@@ -22,10 +22,8 @@ use crate::data::timeseries::{Standardizer, WindowDataset, WindowItem};
 use crate::error::Mamba2Error;
 use crate::models::forecaster::{Mamba2Forecaster, Mamba2ForecasterConfig};
 
-/// Configuration of a forecasting run (saved as `config.json` in its artifacts; one written
-/// before the run's settings were nested under `run` reads as well).
+/// Configuration of a forecasting run (saved as `config.json` in its artifacts).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(remote = "Self")]
 pub struct ForecastTrainingConfig {
     /// The model.
     pub model: Mamba2ForecasterConfig,
@@ -86,7 +84,6 @@ impl ForecastTrainingConfig {
 }
 
 training_config_io!(ForecastTrainingConfig);
-deprecated_run_builders!(ForecastTrainingConfig);
 
 /// Trains a [`Mamba2Forecaster`] on the windows of `train` with the configured loss, validating
 /// on `valid` (by the MSE) after every epoch, and leaves in `artifacts` what [`train_lm`](super::train_lm)

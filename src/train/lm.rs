@@ -8,7 +8,7 @@ use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 
 use super::batch::{LmBatch, SequenceBatcher};
-use super::config::{deprecated_run_builders, training_config_io, RunConfig};
+use super::config::{training_config_io, RunConfig};
 use super::devices::TrainDevices;
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
@@ -16,12 +16,10 @@ use crate::checkpoint::save_lm;
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
 use crate::models::lm::{check_in_vocab, Mamba2Lm, Mamba2LmConfig};
-use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
-/// Configuration of a language-model training run (saved as `config.json` in its artifacts;
-/// one written before the run's settings were nested under `run` reads as well).
+/// Configuration of a language-model training run (saved as `config.json` in its artifacts).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(remote = "Self")]
 pub struct LmTrainingConfig {
     /// The model.
     pub model: Mamba2LmConfig,
@@ -59,7 +57,6 @@ impl LmTrainingConfig {
 }
 
 training_config_io!(LmTrainingConfig);
-deprecated_run_builders!(LmTrainingConfig);
 
 /// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
 /// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler

@@ -24,6 +24,8 @@
 //! count.
 
 mod batch;
+#[cfg(feature = "blas")]
+mod blas;
 mod config;
 mod devices;
 mod forecast;
@@ -40,6 +42,9 @@ mod threaded;
 pub use batch::{
     ForecastBatch, ForecastLoss, LmBatch, RegressionBatch, SequenceBatcher, WindowBatcher,
 };
+#[cfg(feature = "blas")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blas")))]
+pub use blas::{blas_threads, set_blas_threads};
 pub use config::RunConfig;
 pub use devices::TrainDevices;
 pub use forecast::{
@@ -47,8 +52,6 @@ pub use forecast::{
     ForecastScores, ForecastTrainingConfig,
 };
 pub use lm::{evaluate_lm, train_lm, LmScores, LmTrainingConfig};
-#[allow(deprecated)]
-pub use optim::MixedRecord;
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, Mamba2OptimizerRecord, NonFiniteGuard};
 pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;

@@ -237,10 +237,6 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for Mamba2Optimiz
     }
 }
 
-/// The former name of [`Mamba2OptimizerRecord`].
-#[deprecated(since = "0.1.1", note = "renamed `Mamba2OptimizerRecord`")]
-pub type MixedRecord<M, B> = Mamba2OptimizerRecord<M, B>;
-
 /// The record of a [`Mamba2Optimizer`]: both AdamW states and the step count.
 pub type Mamba2OptimizerRecord<M, B> = (
     <OptimizerAdaptor<AdamW, M, B> as Optimizer<M, B>>::Record,

@@ -13,7 +13,7 @@ use crate::layers::activation::log_softmax;
 use crate::models::forecaster::Mamba2Forecaster;
 use crate::models::lm::Mamba2Lm;
 use crate::models::regressor::Mamba2Regressor;
-use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
 impl<B: Backend> Mamba2Lm<B> {
     /// Logits and the mean cross-entropy over the scored positions of `batch`.

@@ -10,6 +10,7 @@ use super::layer::Mamba2;
 use crate::error::Mamba2Error;
 use crate::init::ParamInit;
 use crate::layers::norm::RmsNormGatedConfig;
+use crate::ssd::FusedKernels;
 
 /// Configuration of a [`Mamba2`] mixer, with the fields and defaults of the state-spaces
 /// reference (`mamba_ssm.modules.mamba2.Mamba2`).
@@ -73,6 +74,11 @@ pub struct Mamba2Config {
     /// `D` per channel (`[d_inner]`) instead of per head (`[nheads]`). Default: false.
     #[config(default = false)]
     pub d_has_hdim: bool,
+    /// Where the chunked SSD and the projections run the backend's fused kernels; `None` (the
+    /// default, and what a config written without the field reads as) is
+    /// [`FusedKernels::Measured`]. Not a property of the weights: a loaded model takes it from
+    /// [`Mamba2::set_fused_kernels`](crate::Mamba2::set_fused_kernels).
+    pub fused_kernels: Option<FusedKernels>,
 }
 
 impl Mamba2Config {
@@ -273,6 +279,7 @@ impl Mamba2Config {
             ngroups: self.ngroups,
             chunk_size: self.chunk_size,
             dt_limit: (self.dt_limit.min, self.dt_limit.max),
+            fused_kernels: self.fused_kernels.unwrap_or_default(),
         })
     }
 }

@@ -8,8 +8,8 @@ use crate::layers::activation::{silu, softplus, softplus_clamped};
 use crate::layers::documents::Documents;
 use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat, upcast};
-use crate::ssd::backend::SsdBackend;
-use crate::ssd::recurrence::ssd_step;
+use crate::ssd::ssd_step;
+use crate::ssd::SsdBackend;
 use crate::ssd::{projection, ssd_chunked, SsdInput};
 
 /// The pieces of the in_proj output, before the convolution.
@@ -118,7 +118,8 @@ impl<B: Backend> Mamba2<B> {
 
         let input = SsdInput::new(xs.clone(), dt, self.a(), b_mat, c_mat, self.chunk_size)
             .initial_state(state.map(|s| s.ssm))
-            .document_starts(documents.map(Documents::starts));
+            .document_starts(documents.map(Documents::starts))
+            .fused_kernels(self.fused_kernels);
         let (y, ssm_state) = ssd_chunked(input);
         let y = y + xs * self.d_skip().unsqueeze::<4>();
         // one product over all tokens rather than one per batch row
@@ -128,6 +129,7 @@ impl<B: Backend> Mamba2<B> {
             gated.reshape([b * l, self.d_inner]),
             out_proj.weight.val(),
             out_proj.bias.as_ref().map(|b| b.val()),
+            self.fused_kernels,
         );
         Ok((
             y.reshape([b, l, self.d_model]),
@@ -226,7 +228,8 @@ impl<B: Backend> Mamba2<B> {
             } else {
                 w
             };
-            projection(x.clone(), w, bias.clone().map(|b| b.narrow(0, start, len)))
+            let bias = bias.clone().map(|b| b.narrow(0, start, len));
+            projection(x.clone(), w, bias, self.fused_kernels)
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         Projected {

@@ -9,6 +9,7 @@ use super::dt_limit::DtLimit;
 use crate::error::{check_shape, Mamba2Error};
 use crate::layers::norm::RmsNormGated;
 use crate::layers::state::Mamba2State;
+use crate::ssd::FusedKernels;
 
 /// The Mamba-2 mixer (one SSD layer with its projections).
 ///
@@ -41,6 +42,9 @@ pub struct Mamba2<B: Backend> {
     pub(crate) ngroups: usize,
     pub(crate) chunk_size: usize,
     pub(crate) dt_limit: (f64, f64),
+    /// The path of the chunked SSD and the projections: a setting, not a parameter.
+    #[module(skip)]
+    pub(crate) fused_kernels: FusedKernels,
 }
 
 impl<B: Backend> Mamba2<B> {
@@ -71,6 +75,18 @@ impl<B: Backend> Mamba2<B> {
         }
         self.chunk_size = chunk_size;
         Ok(())
+    }
+
+    /// Where the chunked SSD and the projections run the backend's fused kernels.
+    pub fn fused_kernels(&self) -> FusedKernels {
+        self.fused_kernels
+    }
+
+    /// Sets where the chunked SSD and the projections run the backend's fused kernels (results
+    /// agree to rounding, speed does not); set it before a forward pass, not between one and
+    /// its backward.
+    pub fn set_fused_kernels(&mut self, mode: FusedKernels) {
+        self.fused_kernels = mode;
     }
 
     /// The all-zero state of a fresh sequence.
@@ -155,5 +171,34 @@ mod tests {
         }
         let params = mixer.num_params();
         assert!(text.contains(&format!("params: {params}")), "{text}");
+    }
+
+    /// Two mixers in one process take their own paths: one built with `Never` runs the tensor
+    /// operations while its clone set to `Always` runs NdArray's fused scan and projections
+    /// (the two agree to rounding but not bit for bit), and the calling thread's override takes
+    /// precedence over both.
+    #[test]
+    fn each_mixer_takes_its_own_path() {
+        use crate::ssd::{override_fused_kernels, FusedKernels};
+        use burn::tensor::{Distribution, Tensor};
+        type B = burn::backend::NdArray;
+        let device = Default::default();
+        let never = Mamba2Config::new(32)
+            .with_d_state(8)
+            .with_headdim(16)
+            .with_chunk_size(8)
+            .with_fused_kernels(Some(FusedKernels::Never))
+            .init::<B>(&device)
+            .unwrap();
+        assert_eq!(never.fused_kernels(), FusedKernels::Never);
+        let mut always = never.clone();
+        always.set_fused_kernels(FusedKernels::Always);
+        let x = Tensor::<B, 3>::random([2, 21, 32], Distribution::Normal(0.0, 1.0), &device);
+        let run = |m: &Mamba2<B>| m.forward(x.clone(), None).unwrap().0.into_data();
+        let (y_never, y_always) = (run(&never), run(&always));
+        assert_ne!(y_never, y_always, "both mixers ran the same path");
+        y_never.assert_approx_eq::<f32>(&y_always, burn::tensor::Tolerance::relative(1e-4));
+        let _forced = override_fused_kernels(FusedKernels::Never);
+        assert_eq!(run(&always), y_never);
     }
 }

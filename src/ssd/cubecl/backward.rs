@@ -33,10 +33,10 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::forward::{part, rank5, rank6, recompute, Dims};
 use super::inputs::Inputs;
-use super::kernels::{BLOCK, SPAN_WIDTH};
 use super::launch::{empty, empty_as, f32_type, launch, types};
 use super::product::product;
-use crate::ssd::backend::{float, primitive};
+use crate::ssd::geometry::{BLOCK, SPAN_WIDTH};
+use crate::ssd::primitive::{float, primitive};
 
 /// The gradients of the scan's inputs: those of `x`, `B` and `C` of the operand type, the
 /// others in `f32`.

@@ -31,7 +31,8 @@ use super::inputs::Inputs;
 use super::kernels;
 use super::launch::{empty, empty_as, launch, types, unused};
 use super::product::product;
-use crate::ssd::backend::{float, primitive};
+use crate::ssd::geometry::BLOCK;
+use crate::ssd::primitive::{float, primitive};
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
 /// each), head dimension `p`, state dimension `n`, chunk length `q` and chunks `c = ⌈l / q⌉`.
@@ -297,7 +298,7 @@ where
     // step 7
     let y = empty_as(&x, [d.b, d.l, d.h, d.p], d.e);
     let (cb, da, cs) = (&s.cb, &s.decays.da, &s.decays.cs);
-    let blocks = d.b * d.c * d.h * d.q.div_ceil(kernels::BLOCK) * d.p.div_ceil(kernels::BLOCK);
+    let blocks = d.b * d.c * d.h * d.q.div_ceil(BLOCK) * d.p.div_ceil(BLOCK);
     launch!(
         chunk_scan, blocks blocks;
         x, dt, cb, entering, da, cs, y;

@@ -12,14 +12,17 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use crate::precision::compute_dtype;
 use crate::ssd::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
+use crate::ssd::fused::FusedKernels;
+use crate::ssd::projection::ProjectionBackend;
 
-/// Which optional inputs an operation has, and the chunk length: the inputs of the custom
-/// operation are x, dt, a, B, C, then the initial state and the starts when present.
+/// Which optional inputs an operation has, the chunk length and the path: the inputs of the
+/// custom operation are x, dt, a, B, C, then the initial state and the starts when present.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     has_initial: bool,
     has_starts: bool,
     chunk_size: usize,
+    kernels: FusedKernels,
 }
 
 impl Layout {
@@ -28,6 +31,7 @@ impl Layout {
             has_initial: inputs.initial_state.is_some(),
             has_starts: inputs.starts.is_some(),
             chunk_size: inputs.chunk_size,
+            kernels: inputs.kernels,
         }
     }
 
@@ -38,7 +42,7 @@ impl Layout {
         handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
     ) -> SsdPrimitives<B> {
         let mut get = |i: usize| handles.get_float_tensor::<B>(&ir[i]);
-        let (x, dt, a, b_mat, c_mat) = (get(0), get(1), get(2), get(3), get(4));
+        let (x, dt, a, b, c) = (get(0), get(1), get(2), get(3), get(4));
         let mut next = 5;
         let initial_state = self.has_initial.then(|| {
             next += 1;
@@ -51,11 +55,12 @@ impl Layout {
             x,
             dt,
             a,
-            b_mat,
-            c_mat,
+            b,
+            c,
             initial_state,
             starts,
             chunk_size: self.chunk_size,
+            kernels: self.kernels,
         }
     }
 
@@ -69,7 +74,7 @@ impl Layout {
 fn stream_inputs<R: FusionRuntime>(
     inputs: SsdPrimitives<Fusion<impl FusionBackend<FusionRuntime = R>>>,
 ) -> Vec<burn_fusion::FusionTensor<R>> {
-    let mut all = vec![inputs.x, inputs.dt, inputs.a, inputs.b_mat, inputs.c_mat];
+    let mut all = vec![inputs.x, inputs.dt, inputs.a, inputs.b, inputs.c];
     all.extend(inputs.initial_state);
     all.extend(inputs.starts);
     all
@@ -118,8 +123,8 @@ impl<B: FusionBackend + SsdBackend> Operation<B::FusionRuntime> for GradOp<B> {
         handles.register_float_tensor::<B>(&out[0].id, g.x);
         handles.register_float_tensor::<B>(&out[1].id, g.dt);
         handles.register_float_tensor::<B>(&out[2].id, g.a);
-        handles.register_float_tensor::<B>(&out[3].id, g.b_mat);
-        handles.register_float_tensor::<B>(&out[4].id, g.c_mat);
+        handles.register_float_tensor::<B>(&out[3].id, g.b);
+        handles.register_float_tensor::<B>(&out[4].id, g.c);
         if let Some(s) = g.initial_state {
             handles.register_float_tensor::<B>(&out[5].id, s);
         }
@@ -135,15 +140,18 @@ fn output<R: FusionRuntime>(
     TensorIr::uninit(client.create_empty_handle(), shape, dtype)
 }
 
+/// The projections on Burn's own `linear`, which the fuser sees.
+impl<B: FusionBackend + SsdBackend> ProjectionBackend for Fusion<B> {}
+
 impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let dtype = inputs.x.dtype();
-        if !B::has_fused_ssd(dtype, inputs.chunk_size) {
+        if !B::has_fused_ssd(dtype, inputs.chunk_size, inputs.kernels) {
             return tensor_ops(inputs);
         }
         let layout = Layout::of(&inputs);
         let [b, _, h, p] = inputs.x.shape().dims::<4>();
-        let n = inputs.b_mat.shape().dims::<4>()[3];
+        let n = inputs.b.shape().dims::<4>()[3];
         let client = inputs.x.client.clone();
         let y = output(&client, inputs.x.shape(), dtype);
         let state = output(&client, Shape::new([b, h, p, n]), compute_dtype(dtype));
@@ -163,8 +171,8 @@ impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
         (y, state)
     }
 
-    fn has_fused_ssd(dtype: DType, chunk_size: usize) -> bool {
-        B::has_fused_ssd(dtype, chunk_size)
+    fn has_fused_ssd(dtype: DType, chunk_size: usize, kernels: FusedKernels) -> bool {
+        B::has_fused_ssd(dtype, chunk_size, kernels)
     }
 
     fn ssd_chunked_backward(
@@ -178,8 +186,8 @@ impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
             output(&client, inputs.x.shape(), inputs.x.dtype()),
             output(&client, inputs.dt.shape(), inputs.dt.dtype()),
             output(&client, inputs.a.shape(), inputs.a.dtype()),
-            output(&client, inputs.b_mat.shape(), inputs.b_mat.dtype()),
-            output(&client, inputs.c_mat.shape(), inputs.c_mat.dtype()),
+            output(&client, inputs.b.shape(), inputs.b.dtype()),
+            output(&client, inputs.c.shape(), inputs.c.dtype()),
         ];
         if let Some(s) = &inputs.initial_state {
             grads.push(output(&client, s.shape(), s.dtype()));
@@ -203,8 +211,8 @@ impl<B: FusionBackend + SsdBackend> SsdBackend for Fusion<B> {
             x: next(),
             dt: next(),
             a: next(),
-            b_mat: next(),
-            c_mat: next(),
+            b: next(),
+            c: next(),
             initial_state: layout.has_initial.then(next),
         }
     }

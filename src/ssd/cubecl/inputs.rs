@@ -7,7 +7,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::precision::cast_to;
-use crate::ssd::backend::{float, primitive, SsdPrimitives};
+use crate::ssd::backend::SsdPrimitives;
+use crate::ssd::primitive::{float, primitive};
 
 /// The input types, which the gradients take.
 pub(super) struct InputTypes {
@@ -25,8 +26,8 @@ impl InputTypes {
             x: inputs.x.dtype(),
             dt: inputs.dt.dtype(),
             a: inputs.a.dtype(),
-            b_mat: inputs.b_mat.dtype(),
-            c_mat: inputs.c_mat.dtype(),
+            b_mat: inputs.b.dtype(),
+            c_mat: inputs.c.dtype(),
             initial_state: inputs.initial_state.as_ref().map(|t| t.dtype()),
         }
     }
@@ -60,8 +61,8 @@ where
             x: contiguous_as(float(inputs.x), operand),
             dt: contiguous_as(float(inputs.dt), DType::F32),
             a: contiguous_as(float(inputs.a), DType::F32),
-            b_mat: contiguous_as(float(inputs.b_mat), operand),
-            c_mat: contiguous_as(float(inputs.c_mat), operand),
+            b_mat: contiguous_as(float(inputs.b), operand),
+            c_mat: contiguous_as(float(inputs.c), operand),
             initial: inputs
                 .initial_state
                 .map(|t| contiguous_as(float(t), DType::F32)),

@@ -7,8 +7,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-/// Threads per cube of every kernel.
-pub(super) const CUBE_SIZE: u32 = 64;
+use crate::ssd::geometry::CUBE_SIZE;
 
 /// An uninitialised contiguous `f32` tensor on `like`'s device.
 pub(super) fn empty<R: CubeRuntime>(
@@ -55,7 +54,7 @@ pub(super) fn unused<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
 
 /// The launch grid of one thread per element of `count`.
 pub(super) fn grid<R: CubeRuntime>(like: &CubeTensor<R>, count: usize) -> (CubeCount, CubeDim) {
-    let dim = CubeDim::new_1d(CUBE_SIZE);
+    let dim = CubeDim::new_1d(CUBE_SIZE as u32);
     (
         cubecl::calculate_cube_count_elemwise(&like.client, count, dim),
         dim,
@@ -88,20 +87,20 @@ pub(super) fn address_type<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> Addres
 }
 
 /// Launches the kernel `kernels::$kernel` with one thread per element of `$threads` (or, with
-/// `tiles $cubes`, `$cubes` cubes of `kernels::TILE × kernels::TILE` threads, with `blocks
-/// $cubes` of `kernels::UNITS × kernels::UNITS`, [`tile_grid`]):
+/// `tiles $cubes`, `$cubes` cubes of `TILE × TILE` threads, with `blocks
+/// $cubes` of `UNITS × UNITS` (`ssd::geometry`), [`tile_grid`]):
 /// its tensor arguments (local variables, in the kernel's order), then its other arguments, the
 /// element types last ([`f32_type`], [`types`]).
 /// The address type covers every tensor of the launch ([`address_type`]).
 macro_rules! launch {
     ($kernel:ident, tiles $cubes:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
         let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
-        let grid = super::launch::tile_grid(tensors[0], $cubes, super::kernels::TILE);
+        let grid = super::launch::tile_grid(tensors[0], $cubes, crate::ssd::geometry::TILE);
         super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
     }};
     ($kernel:ident, blocks $cubes:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{
         let tensors: &[&burn_cubecl::tensor::CubeTensor<R>] = &[$(&$tensor),+];
-        let grid = super::launch::tile_grid(tensors[0], $cubes, super::kernels::UNITS);
+        let grid = super::launch::tile_grid(tensors[0], $cubes, crate::ssd::geometry::UNITS);
         super::launch::launch!(@run $kernel, grid, tensors; $($tensor),+; $($arg),*);
     }};
     ($kernel:ident, $threads:expr; $($tensor:ident),+; $($arg:expr),* $(,)?) => {{

@@ -24,16 +24,18 @@ use burn::tensor::{DType, TensorMetadata};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::precision::cast_to;
-use crate::ssd::backend::{
-    float, fused_runs, primitive, tensor_ops, SsdBackend, SsdGrads, SsdPrimitives,
-};
+use crate::ssd::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
+use crate::ssd::fused::FusedKernels;
+use crate::ssd::geometry::TILE;
+use crate::ssd::primitive::{float, primitive};
+use crate::ssd::projection::ProjectionBackend;
 use inputs::{contiguous_as, InputTypes, Inputs};
 
 /// The longest chunk the fused scan takes (the longest it is tested with, and the reference
 /// kernels' default); longer chunks run the tensor operations.
 pub(crate) const FUSED_MAX_CHUNK: usize = 256;
 // `kernels::chunk_prep` runs a thread per position of a chunk in one cube of `TILE²` threads
-const _: () = assert!(FUSED_MAX_CHUNK <= kernels::TILE * kernels::TILE);
+const _: () = assert!(FUSED_MAX_CHUNK <= TILE * TILE);
 
 /// Whether the fused scan was measured at least as fast as the tensor operations on runtime
 /// `R` for inputs of type `dtype`, training and forward (`docs/fused-scan.md`, "Default path"):
@@ -55,6 +57,16 @@ fn is_wgpu<R: CubeRuntime>() -> bool {
     false
 }
 
+/// The projections on Burn's own `linear` (its matmul and fusion serve them).
+impl<R, F, I, BT> ProjectionBackend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+}
+
 impl<R, F, I, BT> SsdBackend for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -63,7 +75,7 @@ where
     BT: BoolElement,
 {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        if !Self::has_fused_ssd(inputs.x.dtype(), inputs.chunk_size) {
+        if !Self::has_fused_ssd(inputs.x.dtype(), inputs.chunk_size, inputs.kernels) {
             return tensor_ops(inputs);
         }
         let out_dtype = inputs.x.dtype();
@@ -72,10 +84,10 @@ where
         (primitive(cast_to(float::<Self, 4>(y), out_dtype)), last)
     }
 
-    fn has_fused_ssd(dtype: DType, chunk_size: usize) -> bool {
+    fn has_fused_ssd(dtype: DType, chunk_size: usize, kernels: FusedKernels) -> bool {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
             && chunk_size <= FUSED_MAX_CHUNK
-            && fused_runs(measured::<R>(dtype))
+            && kernels.runs(measured::<R>(dtype))
     }
 
     fn ssd_chunked_backward(
@@ -92,8 +104,8 @@ where
             x: primitive(cast_to(g.x, dtypes.x)),
             dt: primitive(cast_to(g.dt, dtypes.dt)),
             a: primitive(cast_to(g.a, dtypes.a)),
-            b_mat: primitive(cast_to(g.b_mat, dtypes.b_mat)),
-            c_mat: primitive(cast_to(g.c_mat, dtypes.c_mat)),
+            b: primitive(cast_to(g.b_mat, dtypes.b_mat)),
+            c: primitive(cast_to(g.c_mat, dtypes.c_mat)),
             initial_state: g
                 .initial
                 .zip(dtypes.initial_state)

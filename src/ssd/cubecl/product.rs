@@ -34,7 +34,7 @@ use cubek::matmul::routines::simple::SimpleArgs;
 use cubek::matmul::routines::BlueprintStrategy;
 use cubek::std::InputBinding;
 
-use crate::ssd::backend::primitive;
+use crate::ssd::primitive::primitive;
 
 /// The tensor-core kernel (module docs).
 fn tensor_cores() -> Strategy {

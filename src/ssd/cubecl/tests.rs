@@ -11,6 +11,7 @@ use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
 use {
     crate::ssd::backend::SsdAutodiffBackend,
     crate::ssd::chunked::tests::{assert_within, uniform},
+    crate::ssd::fused::FusedKernels,
     crate::ssd::{ssd_chunked, SsdInput},
     burn::tensor::Tensor,
     rand::{rngs::StdRng, SeedableRng},
@@ -32,6 +33,8 @@ const TF32_PRODUCTS: Tolerance = Tolerance {
 fn long_chunks_take_the_tensor_operations() {
     use super::FUSED_MAX_CHUNK;
     use crate::ssd::backend::SsdBackend;
+    #[cfg(not(feature = "cuda"))]
+    use crate::ssd::fused::FusedKernels;
     use burn::tensor::DType;
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
     for (q, fused) in [
@@ -39,16 +42,18 @@ fn long_chunks_take_the_tensor_operations() {
         (FUSED_MAX_CHUNK, true),
         (FUSED_MAX_CHUNK + 1, false),
     ] {
-        assert_eq!(Cube::has_fused_ssd(DType::F32, q), fused, "q = {q}");
+        let always = FusedKernels::Always;
+        assert_eq!(Cube::has_fused_ssd(DType::F32, q, always), fused, "q = {q}");
         assert_eq!(
-            <burn::backend::Wgpu>::has_fused_ssd(DType::F32, q),
+            <burn::backend::Wgpu>::has_fused_ssd(DType::F32, q, always),
             fused,
             "q = {q}"
         );
         // autodiff wraps the fused scan of its inner backend, it has none of its own
         assert!(!<Autodiff<burn::backend::Wgpu>>::has_fused_ssd(
             DType::F32,
-            q
+            q,
+            always
         ));
     }
 }
@@ -82,7 +87,6 @@ fn fused_matches_tensor_ops_on_cuda() {
 /// About 45 GB of device memory: Cuda only (WGSL has no 64-bit integers).
 #[cfg(feature = "cuda")]
 fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
-    crate::ssd::set_fused_kernels_mode(crate::ssd::FusedKernels::Always);
     let (b, h, p, g, n, q) = (1, 72, 2, 72, 2, 256);
     let l = 960 * q;
     assert!(b * (l / q) * g * q * q > u32::MAX as usize);
@@ -114,7 +118,8 @@ fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
             leaves.3.clone(),
             leaves.4.clone(),
             q,
-        );
+        )
+        .fused_kernels(FusedKernels::Always);
         let (y, state) = ssd_chunked(input);
         let grads = (y.clone() * w_y).sum().backward();
         (

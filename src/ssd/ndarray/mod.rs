@@ -34,9 +34,9 @@ use burn::tensor::{DType, TensorMetadata};
 use ndarray::{CowArray, Ix1, Ix2, Ix3, Ix4};
 use rayon::prelude::*;
 
-use super::backend::{
-    fused_runs, tensor_ops, ProjectionGrads, SsdBackend, SsdGrads, SsdPrimitives,
-};
+use super::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
+use super::fused::FusedKernels;
+use super::projection::{ProjectionBackend, ProjectionGrads};
 use host::{slice, values, HostFloat};
 use layout::{Dims, Inputs, Task};
 use matmul::Real;
@@ -46,12 +46,11 @@ pub(crate) fn runs(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F64)
 }
 
-/// Whether the CPU scan and projections run for inputs of type `dtype`, in the current
-/// [`super::backend::FusedKernels`] mode: every type they take was measured at least as fast
-/// as burn-ndarray's own operations (`f32` and `f64`: `docs/performance.md`, `bench --ssd
-/// fused` against `--ssd tensor-ops`).
-fn fused(dtype: DType) -> bool {
-    runs(dtype) && fused_runs(true)
+/// Whether the CPU scan runs for inputs of type `dtype` in mode `kernels`: every type it takes
+/// was measured at least as fast as burn-ndarray's own operations (`f32` and `f64`:
+/// `docs/performance.md`, `bench --ssd fused` against `--ssd tensor-ops`).
+fn fused(dtype: DType, kernels: FusedKernels) -> bool {
+    runs(dtype) && kernels.runs(true)
 }
 
 /// The scan's sizes, after checking that the inputs' shapes agree; panics naming the tensor
@@ -62,7 +61,7 @@ fn dims<B: Backend>(inputs: &SsdPrimitives<B>) -> Dims {
     let x = shape(&inputs.x);
     let [b, l, h, p] = <[usize; 4]>::try_from(x.as_slice())
         .unwrap_or_else(|_| panic!("SSD: x must be [b, l, h, p], got {x:?}"));
-    let bm = shape(&inputs.b_mat);
+    let bm = shape(&inputs.b);
     let [_, _, g, n] = <[usize; 4]>::try_from(bm.as_slice())
         .unwrap_or_else(|_| panic!("SSD: B must be [b, l, g, n], got {bm:?}"));
     let expect = |name: &str, got: Vec<usize>, want: &[usize]| {
@@ -82,7 +81,7 @@ fn dims<B: Backend>(inputs: &SsdPrimitives<B>) -> Dims {
     expect("dt", shape(&inputs.dt), &[b, l, h]);
     expect("A", shape(&inputs.a), &[h]);
     expect("B", bm.clone(), &[b, l, g, n]);
-    expect("C", shape(&inputs.c_mat), &[b, l, g, n]);
+    expect("C", shape(&inputs.c), &[b, l, g, n]);
     if let Some(s) = &inputs.initial_state {
         expect("the initial state", shape(s), &[b, h, p, n]);
     }
@@ -119,8 +118,8 @@ impl<'a, E: HostFloat> Host<'a, E> {
             x: values(&t.x),
             dt: values(&t.dt),
             a: values(&t.a),
-            b_mat: values(&t.b_mat),
-            c_mat: values(&t.c_mat),
+            b_mat: values(&t.b),
+            c_mat: values(&t.c),
             initial: t.initial_state.as_ref().map(values),
             starts: t.starts.as_ref().map(values),
         }
@@ -150,11 +149,12 @@ fn cast_inputs<B: Backend>(inputs: SsdPrimitives<B>, dtype: DType) -> SsdPrimiti
         x: typed::<B>(inputs.x, dtype),
         dt: typed::<B>(inputs.dt, dtype),
         a: typed::<B>(inputs.a, dtype),
-        b_mat: typed::<B>(inputs.b_mat, dtype),
-        c_mat: typed::<B>(inputs.c_mat, dtype),
+        b: typed::<B>(inputs.b, dtype),
+        c: typed::<B>(inputs.c, dtype),
         initial_state: inputs.initial_state.map(|t| typed::<B>(t, dtype)),
         starts: inputs.starts.map(|t| typed::<B>(t, dtype)),
         chunk_size: inputs.chunk_size,
+        kernels: inputs.kernels,
     }
 }
 
@@ -216,8 +216,8 @@ fn backward<B: NdArrayBackend, E: HostFloat>(
         inputs.x.dtype(),
         inputs.dt.dtype(),
         inputs.a.dtype(),
-        inputs.b_mat.dtype(),
-        inputs.c_mat.dtype(),
+        inputs.b.dtype(),
+        inputs.c.dtype(),
     ];
     let initial_type = inputs.initial_state.as_ref().map(|t| t.dtype());
     let inputs = cast_inputs(inputs, E::dtype());
@@ -273,8 +273,8 @@ fn backward<B: NdArrayBackend, E: HostFloat>(
         x: out(dx, &[b, l, h, p], types[0]),
         dt: out(ddt, &[b, l, h], types[1]),
         a: out(da, &[h], types[2]),
-        b_mat: out(db, &[b, l, g, n], types[3]),
-        c_mat: out(dc, &[b, l, g, n], types[4]),
+        b: out(db, &[b, l, g, n], types[3]),
+        c: out(dc, &[b, l, g, n], types[4]),
         initial_state: initial_type.map(|t| out(dinit, &[b, h, p, n], t)),
     }
 }
@@ -367,7 +367,7 @@ where
     NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
 {
     fn ssd_chunked(inputs: SsdPrimitives<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        if !fused(inputs.x.dtype()) {
+        if !fused(inputs.x.dtype(), inputs.kernels) {
             return tensor_ops(inputs);
         }
         match inputs.x.dtype() {
@@ -377,8 +377,8 @@ where
         }
     }
 
-    fn has_fused_ssd(dtype: DType, _chunk_size: usize) -> bool {
-        fused(dtype)
+    fn has_fused_ssd(dtype: DType, _chunk_size: usize, kernels: FusedKernels) -> bool {
+        fused(dtype, kernels)
     }
 
     fn ssd_chunked_backward(
@@ -391,15 +391,23 @@ where
             _ => backward::<Self, f32>(inputs, grad_y, grad_state),
         }
     }
+}
 
+/// The projections as `gemm` products on the slices, for `f32` and `f64` (the mode,
+/// [`FusedKernels::Never`] included, is applied by [`super::projection::projection`]).
+impl<E, I, Q> ProjectionBackend for burn::backend::NdArray<E, I, Q>
+where
+    E: burn::backend::ndarray::FloatNdArrayElement,
+    I: burn::backend::ndarray::IntNdArrayElement,
+    Q: burn::backend::ndarray::QuantElement,
+    NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+    NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
+{
     fn projection(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        if !fused(x.dtype()) {
-            return <Self as ModuleOps<Self>>::linear(x, weight, bias);
-        }
         match x.dtype() {
             DType::F32 => project::<Self, f32>(x, weight, bias),
             DType::F64 => project::<Self, f64>(x, weight, bias),
@@ -408,7 +416,7 @@ where
     }
 
     fn has_fused_projection(dtype: DType) -> bool {
-        fused(dtype)
+        runs(dtype)
     }
 
     fn projection_backward(
@@ -434,6 +442,8 @@ mod tests {
 
     use crate::ssd::backend::SsdBackend;
     use crate::ssd::chunked::tests::uniform;
+    use crate::ssd::fused::FusedKernels;
+    use crate::ssd::projection::ProjectionBackend;
     use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
     use crate::ssd::{ssd_chunked, SsdInput};
 
@@ -446,11 +456,22 @@ mod tests {
     #[test]
     fn ndarray_runs_the_fused_scan() {
         for q in [1, 64, 256, 1024] {
-            assert!(NdArray::<f32>::has_fused_ssd(DType::F32, q));
-            assert!(NdArray::<f64>::has_fused_ssd(DType::F64, q));
-            assert!(!<Autodiff<NdArray>>::has_fused_ssd(DType::F32, q));
+            for mode in [FusedKernels::Measured, FusedKernels::Always] {
+                assert!(NdArray::<f32>::has_fused_ssd(DType::F32, q, mode));
+                assert!(NdArray::<f64>::has_fused_ssd(DType::F64, q, mode));
+                assert!(!<Autodiff<NdArray>>::has_fused_ssd(DType::F32, q, mode));
+            }
+            assert!(!NdArray::<f32>::has_fused_ssd(
+                DType::F32,
+                q,
+                FusedKernels::Never
+            ));
         }
-        assert!(!NdArray::<f32>::has_fused_ssd(DType::F16, 64));
+        assert!(!NdArray::<f32>::has_fused_ssd(
+            DType::F16,
+            64,
+            FusedKernels::Always
+        ));
     }
 
     /// Inputs that are views in another layout (as the mixer's splits of its projection are)
@@ -496,7 +517,7 @@ mod tests {
     where
         NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
     {
-        use crate::ssd::backend::{float, primitive};
+        use crate::ssd::primitive::{float, primitive};
         type A<E> = Autodiff<NdArray<E>>;
         let device = Default::default();
         let mut rng = StdRng::seed_from_u64(9);

@@ -15,12 +15,14 @@
 //! AVX2 + FMA when the processor has them (checked once, at run time), and in portable code
 //! otherwise.
 //!
-//! [`StreamingForecaster`](crate::StreamingForecaster) runs a trained forecaster on the same
+//! [`StreamingForecaster`] runs a trained forecaster on the same
 //! step, one observation at a time.
 
 mod backbone;
 mod lm;
-pub(crate) mod streaming;
+mod simd;
+mod streaming;
 
 pub use backbone::*;
 pub use lm::{CpuLm, CpuLmState};
+pub use streaming::StreamingForecaster;

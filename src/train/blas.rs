@@ -11,7 +11,7 @@ extern "C" {
 /// Sets how many threads OpenBLAS uses for each matrix product.
 ///
 /// Where the work is already spread over threads (training steps or forwards split over the
-/// batch, see [`crate::train::parallel_map`]), each thread's products should run on one OpenBLAS
+/// batch, see [`parallel_map`](super::parallel_map)), each thread's products should run on one OpenBLAS
 /// thread: OpenBLAS's own threads would otherwise compete with them for the same cores.
 pub fn set_blas_threads(threads: usize) {
     let threads = threads.clamp(1, c_int::MAX as usize) as c_int;

@@ -1,0 +1,110 @@
+//! Which path the chunked SSD and the projections take: a backend's fused kernels or the tensor
+//! operations ([`FusedKernels`], chosen per model in [`Mamba2Config`](crate::Mamba2Config) or
+//! per call in [`SsdInput`](super::SsdInput)), and the scoped override that tests use to force
+//! one path on models built elsewhere ([`override_fused_kernels`]).
+
+use std::cell::Cell;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the chunked SSD runs a backend's fused kernels, and the projections theirs.
+///
+/// Both paths agree to rounding (`f32`: 1e-5 relative in the tests). A model reads it from its
+/// config at `init` ([`Mamba2Config::fused_kernels`](crate::Mamba2Config::fused_kernels)); a
+/// loaded model changes it with [`Mamba2Backbone::set_fused_kernels`](
+/// crate::Mamba2Backbone::set_fused_kernels), before building a graph, not between a forward
+/// pass and its backward.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FusedKernels {
+    /// The fused kernels where they were measured at least as fast as the tensor operations,
+    /// per backend and type (the default): NdArray in `f32` and `f64`, Wgpu in `f32` and
+    /// `f16` (measured on Mesa's lavapipe); the tensor operations elsewhere (Cuda and the
+    /// other CubeCL runtimes, Wgpu in `bf16`) until a measurement there says otherwise
+    /// (`docs/fused-scan.md`, "Default path").
+    #[default]
+    Measured,
+    /// The fused kernels wherever a backend has them (any type and chunk length they take).
+    Always,
+    /// The tensor operations ([`ssd_chunked_tensor_ops`](super::ssd_chunked_tensor_ops)) and
+    /// Burn's `linear` on every backend.
+    Never,
+}
+
+impl FusedKernels {
+    /// For a backend that has fused kernels for an input: whether they run in this mode, given
+    /// whether they were `measured` at least as fast as the tensor operations for it.
+    pub fn runs(self, measured: bool) -> bool {
+        match self {
+            FusedKernels::Measured => measured,
+            FusedKernels::Always => true,
+            FusedKernels::Never => false,
+        }
+    }
+
+    /// This mode, or the calling thread's [`override_fused_kernels`] while one is held.
+    pub(crate) fn in_effect(self) -> Self {
+        OVERRIDE.with(Cell::get).unwrap_or(self)
+    }
+}
+
+thread_local! {
+    static OVERRIDE: Cell<Option<FusedKernels>> = const { Cell::new(None) };
+}
+
+/// Forces `mode` on every SSD and projection that the calling thread starts until the guard is
+/// dropped, whatever the models' and inputs' own modes (for tests that compare both paths on a
+/// model built elsewhere, a loaded checkpoint for instance). Guards nest; each restores what
+/// it found. Work that a model hands to other threads (`train::Threaded`) keeps the model's
+/// own mode.
+#[must_use = "the override ends when the guard is dropped"]
+pub fn override_fused_kernels(mode: FusedKernels) -> FusedKernelsOverride {
+    FusedKernelsOverride {
+        previous: OVERRIDE.with(|o| o.replace(Some(mode))),
+    }
+}
+
+/// The guard of [`override_fused_kernels`]: the override holds while it lives.
+#[derive(Debug)]
+pub struct FusedKernelsOverride {
+    previous: Option<FusedKernels>,
+}
+
+impl Drop for FusedKernelsOverride {
+    fn drop(&mut self) {
+        OVERRIDE.with(|o| o.set(self.previous));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_nest_and_restore() {
+        assert_eq!(FusedKernels::Always.in_effect(), FusedKernels::Always);
+        {
+            let _outer = override_fused_kernels(FusedKernels::Never);
+            assert_eq!(FusedKernels::Always.in_effect(), FusedKernels::Never);
+            {
+                let _inner = override_fused_kernels(FusedKernels::Measured);
+                assert_eq!(FusedKernels::Never.in_effect(), FusedKernels::Measured);
+            }
+            assert_eq!(FusedKernels::Measured.in_effect(), FusedKernels::Never);
+        }
+        assert_eq!(FusedKernels::Never.in_effect(), FusedKernels::Never);
+        let other = std::thread::spawn(|| {
+            let _held = override_fused_kernels(FusedKernels::Never);
+        });
+        other.join().unwrap();
+        assert_eq!(FusedKernels::Always.in_effect(), FusedKernels::Always);
+    }
+
+    #[test]
+    fn modes_decide_from_the_measurement() {
+        for measured in [false, true] {
+            assert_eq!(FusedKernels::Measured.runs(measured), measured);
+            assert!(FusedKernels::Always.runs(measured));
+            assert!(!FusedKernels::Never.runs(measured));
+        }
+    }
+}
