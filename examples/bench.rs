@@ -231,6 +231,7 @@ fn timed_sampled(iters: usize, mut f: impl FnMut(), after: impl Fn()) -> f64 {
 }
 
 /// CubeCL's compilation log of this process (`--count-kernels`).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 static KERNEL_LOG: OnceLock<std::path::PathBuf> = OnceLock::new();
 
 /// The kernels compiled so far, from CubeCL's compilation log (`--count-kernels`).

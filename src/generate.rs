@@ -311,6 +311,7 @@ fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 }
 
 /// Whether `B` is burn-ndarray in `f32`, whose model [`CpuLm`] steps faster than its tensors.
+#[cfg_attr(not(feature = "ndarray"), allow(clippy::extra_unused_type_parameters))]
 fn is_ndarray_f32<B: Backend>() -> bool {
     #[cfg(feature = "ndarray")]
     {

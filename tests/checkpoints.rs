@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::common::safetensors::{read_entries, write_entries, Entry};
+#[cfg(feature = "pytorch")]
 use crate::common::torch::{write_torch, TorchTensor};
 use crate::reference::{check_cases_on_ndarray, fixture_root};
 

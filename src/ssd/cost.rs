@@ -20,7 +20,7 @@
 //! - products: Burn's matmul in tiles of 64 × 64 of the output per cube, the operands' type on
 //!   tensor cores (`f32` as TF32), `f32` outputs but for the per-head parts the tiled kernels
 //!   read (`C·S_inᵀ`, `B·G_outᵀ`), in the operand type;
-//! - the scan's tiled kernels: a cube of `8 × 8` threads per `BLOCK × BLOCK` tile of the output
+//! - the scan's tiled kernels: a cube of `UNITS × UNITS` threads per `BLOCK × BLOCK` tile of the output
 //!   (`4 × 4` elements each), their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
 //!
@@ -28,7 +28,7 @@
 
 use serde::Serialize;
 
-use super::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, TILE};
+use super::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, SPAN_WIDTH, TILE};
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
 /// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its
@@ -557,7 +557,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         b * c * g * rows * rows,
         flops,
         plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
-        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * (2 * BLOCK + 1)),
+        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * SPAN_WIDTH),
         r * (cols * BLOCK + 3 * BLOCK),
     );
     plan.product(
@@ -581,7 +581,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         cubes * TILE * TILE * (chain + 8),
         plan.f(h
             + b * h * big_l * (1 + 3 * cols)
-            + b * c * h * pairs * (2 * BLOCK + 1)
+            + b * c * h * pairs * SPAN_WIDTH
             + b * c * h * cols
             + b * l * h),
         plan.f(2 * b * l * h + b * c * h),

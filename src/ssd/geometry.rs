@@ -15,10 +15,13 @@ pub(crate) const TILE: usize = 16;
 /// elements each, so that each operand read from shared memory serves `PER` multiply-adds.
 pub(crate) const BLOCK: usize = 32;
 
-/// The threads of a cube of the tiled kernels along each side.
+/// The threads of a cube of the tiled kernels along each side (the cost model counts a tiled
+/// kernel's work per tile, not per thread: only the kernels read it).
+#[cfg_attr(not(feature = "cubecl"), allow(dead_code))]
 pub(crate) const UNITS: usize = 8;
 
 /// The elements of each thread of the tiled kernels along each side.
+#[cfg_attr(not(feature = "cubecl"), allow(dead_code))]
 pub(crate) const PER: usize = BLOCK / UNITS;
 
 /// The values per head and tile pair of `score_grads`' `spans`: the pairs' sums for the steps
