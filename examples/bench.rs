@@ -80,6 +80,11 @@ struct Args {
     /// half precision the SSD's `dt`, decays and states are computed in f32.
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Train mode: mixed precision, `bf16` or `f16`: the weights and AdamW's state in f32
+    /// (`--dtype f32`), each step's forward and backward on copies of the weights in this type
+    /// (`train::MixedPrecision`, the GPU recipe of `train_lm`).
+    #[arg(long)]
+    mixed_precision: Option<String>,
     /// A named shape that replaces the size flags: a published model's
     /// (`Mamba2LmConfig::published`: `130m`, `370m`, `780m`, `1.3b`, `2.7b`; 130m is d_model
     /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,277), with
@@ -354,6 +359,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "peak_rss_mb": peak_rss_mb(),
         "backend": backend_name(args),
         "ssd": args.ssd.first(),
+        "mixed_precision": args.mixed_precision,
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
@@ -533,6 +539,7 @@ where
 {
     loss(&model, input.clone())?; // shapes checked once
     let mut optim = AdamWConfig::new().init::<B, M>();
+    let mixed = mixed_precision(args).expect("checked in main");
     let step = || {
         let parts = split_rows(args.batch(), args.step_threads())
             .into_iter()
@@ -542,7 +549,11 @@ where
             })
             .collect();
         let (grads, _, _) = parallel_backward(&model, parts, |m, x| {
-            (loss(m, x).expect("checked above"), ())
+            let loss = match mixed {
+                Some(mixed) => loss(&mixed.compute_copy(m), x),
+                None => loss(m, x),
+            };
+            (loss.expect("checked above"), ())
         });
         model = optim.step(1e-4, model.clone(), grads);
         let _ = B::sync(device);
@@ -705,6 +716,17 @@ fn bench_ssd_train<B: SsdAutodiffBackend>(
     timed_sampled(args.iters, run, || memory.sample())
 }
 
+/// `--mixed-precision`: its half type, if any.
+fn mixed_precision(args: &Args) -> Result<Option<mamba2_burn::train::MixedPrecision>, String> {
+    use mamba2_burn::train::MixedPrecision;
+    match args.mixed_precision.as_deref() {
+        None => Ok(None),
+        Some("bf16") => Ok(Some(MixedPrecision::Bf16)),
+        Some("f16") => Ok(Some(MixedPrecision::F16)),
+        Some(other) => Err(format!("unknown --mixed-precision {other:?} (bf16, f16)")),
+    }
+}
+
 /// `--dtype`: `None` for `f32`, the other type otherwise.
 fn float_dtype(args: &Args) -> Result<Option<FloatDType>, String> {
     match args.dtype.as_str() {
@@ -844,6 +866,10 @@ fn main() {
     }
     if let Some(other) = args.ssd.iter().find(|s| fused_mode(s).is_none()) {
         eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
+        std::process::exit(2);
+    }
+    if let Err(e) = mixed_precision(&args) {
+        eprintln!("error: {e}");
         std::process::exit(2);
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]

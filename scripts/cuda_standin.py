@@ -39,6 +39,7 @@ if name == "bench":
                 line = dict(mode=mode, median_s=0.001, iters=int(arg("--iters", "5")),
                             first_run_s=1.0, first_done_s=t, second_done_s=t + 0.001,
                             backend="cuda-" + dtype, ssd=path,
+                            mixed_precision=arg("--mixed-precision", None),
                             config={"batch": batch, "seq_len": 2048, "n_layer": 24},
                             kernels_compiled={"first_run": 0, "last_run": 0})
                 if mode in ("train", "forward", "ssd-train"):

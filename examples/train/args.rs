@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use mamba2_burn::data::text::BYTE_VOCAB;
-use mamba2_burn::train::{Mamba2OptimizerConfig, ProgressMode};
+use mamba2_burn::train::{Mamba2OptimizerConfig, MixedPrecision, ProgressMode};
 use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -27,6 +27,32 @@ pub enum Preset {
     Default,
     /// 64 key-value pairs in 512 tokens, vocabulary 1,024.
     Hard,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    /// Everything in `f32`.
+    F32,
+    /// Mixed precision: forward and backward in `bf16`, weights and optimizer state in `f32`.
+    Bf16,
+    /// Mixed precision in `f16` (Wgpu adapters with `f16`, lavapipe among them; Cuda).
+    F16,
+}
+
+impl Args {
+    /// The run's mixed precision, if any (`--dtype`, by default bf16 on cuda).
+    pub fn mixed_precision(&self) -> Option<MixedPrecision> {
+        let default = if self.device == "cuda" {
+            DtypeArg::Bf16
+        } else {
+            DtypeArg::F32
+        };
+        match self.dtype.unwrap_or(default) {
+            DtypeArg::F32 => None,
+            DtypeArg::Bf16 => Some(MixedPrecision::Bf16),
+            DtypeArg::F16 => Some(MixedPrecision::F16),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -123,6 +149,11 @@ pub struct Args {
     /// cpu, 1 on cuda).
     #[arg(long)]
     pub step_threads: Option<usize>,
+    /// The type the steps compute in: `f32`, or mixed precision in `bf16` or `f16` (the
+    /// weights and the optimizer's state stay `f32`). Default: `bf16` on cuda (the GPU
+    /// recipe), `f32` elsewhere.
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
     /// MQAR: the task's size: `default` (16 key-value pairs in 128 tokens, vocabulary 256) or
     /// `hard` (64 pairs in 512 tokens, vocabulary 1,024; the longest point of the Mamba-2
     /// paper's MQAR figure); --kv-pairs, --seq-len and --vocab override either.

@@ -146,7 +146,8 @@ pub fn run<B: SsdAutodiffBackend>(
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed)
-        .with_step_threads(step_threads(args));
+        .with_step_threads(step_threads(args))
+        .with_mixed_precision(args.mixed_precision());
     let config = LmTrainingConfig::new(model)
         .with_run(run)
         .with_ignore_index(data.ignore_index);

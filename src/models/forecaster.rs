@@ -22,7 +22,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use crate::error::{check_shape, Mamba2Error};
 use crate::init::param;
 use crate::layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig};
-use crate::precision::reshape_via_flat;
+use crate::precision::{cast_to, reshape_via_flat};
 
 /// Configuration of a [`Mamba2Forecaster`].
 #[derive(Config, Debug)]
@@ -222,6 +222,13 @@ impl<B: Backend> Mamba2Forecaster<B> {
                 actual: vec![b, l, c],
             });
         }
+        // RevIN and its inverse in the input's type, the rest in the weights' (mixed precision
+        // casts them)
+        let io = x.dtype();
+        let affine = |rev: &RevIn<B>| {
+            let w = cast_to(rev.weight.val(), io).reshape([1, 1, c]);
+            (w, cast_to(rev.bias.val(), io).reshape([1, 1, c]))
+        };
         // RevIN: per window and variable statistics over the lookback
         let (x, stats) = match &self.revin {
             Some(rev) => {
@@ -230,12 +237,12 @@ impl<B: Backend> Mamba2Forecaster<B> {
                 let var = centered.clone().square().mean_dim(1);
                 let inv_std = (var.clone() + 1e-5).powf_scalar(-0.5);
                 let std = (var + 1e-5).sqrt();
-                let w = rev.weight.val().reshape([1, 1, c]);
-                let bias = rev.bias.val().reshape([1, 1, c]);
+                let (w, bias) = affine(rev);
                 (centered * inv_std * w + bias, Some((mean, std)))
             }
             None => (x, None),
         };
+        let x = cast_to(x, self.input.weight.val().dtype());
         let y = if self.channel_independent {
             // [b, l, c] -> [b·c, l, 1] -> tokens [b·c, n, patch_len]
             let seq = x.swap_dims(1, 2).reshape([b * c, l, 1]);
@@ -251,10 +258,10 @@ impl<B: Backend> Mamba2Forecaster<B> {
                 .forward(features)
                 .reshape([b, self.horizon, self.n_targets])
         };
+        let y = cast_to(y, io);
         Ok(match (&self.revin, stats) {
             (Some(rev), Some((mean, std))) => {
-                let w = rev.weight.val().reshape([1, 1, c]);
-                let bias = rev.bias.val().reshape([1, 1, c]);
+                let (w, bias) = affine(rev);
                 // invert the affine map, then the statistics; the reciprocal is an exact
                 // division with a constant numerator (see `activation::sigmoid`)
                 let one = Tensor::<B, 3>::ones([1, 1, 1], &w.device());

@@ -1,5 +1,6 @@
 //! A sequence regressor for time series: a linear input layer, the backbone, a linear output.
 
+use crate::precision::cast_to;
 use crate::ssd::SsdBackend;
 use burn::config::Config;
 use burn::module::Module;
@@ -79,8 +80,11 @@ impl<B: Backend> Mamba2Regressor<B> {
             &[None, None, Some(self.n_features())],
             "b, l, n_features",
         )?;
+        // in the weights' type (mixed precision casts them), the output in the input's
+        let io = x.dtype();
+        let x = cast_to(x, self.input.weight.val().dtype());
         let (h, state) = self.backbone.forward(self.input.forward(x), state)?;
-        Ok((self.output.forward(h), state))
+        Ok((cast_to(self.output.forward(h), io), state))
     }
 
     /// # Shapes

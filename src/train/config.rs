@@ -3,6 +3,7 @@
 
 use burn::config::Config;
 
+use super::mixed::MixedPrecision;
 use super::optim::Mamba2OptimizerConfig;
 
 /// The settings of a training run that do not depend on the model: the optimizer, the
@@ -38,6 +39,11 @@ pub struct RunConfig {
     /// Default: 1.
     #[config(default = 1)]
     pub step_threads: usize,
+    /// Mixed precision: the forward and backward in this half type, the weights and the
+    /// optimizer's state in `f32` ([`MixedPrecision`]). The GPU recipe: `Bf16` on Cuda, `F16`
+    /// on Wgpu adapters with `f16`. Default: `None` (the model's own type throughout, what a
+    /// config written without the field reads as).
+    pub mixed_precision: Option<MixedPrecision>,
 }
 
 /// Burn's [`Config`] (save, load) and `Display` as JSON for a training config, which derives

@@ -30,6 +30,7 @@ mod config;
 mod devices;
 mod forecast;
 mod lm;
+mod mixed;
 mod optim;
 mod parallel;
 mod progress;
@@ -52,6 +53,7 @@ pub use forecast::{
     ForecastScores, ForecastTrainingConfig,
 };
 pub use lm::{evaluate_lm, train_lm, LmScores, LmTrainingConfig};
+pub use mixed::MixedPrecision;
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, Mamba2OptimizerRecord, NonFiniteGuard};
 pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;

@@ -357,8 +357,9 @@ where
     }
     let device = &placement.main;
     B::seed(device, settings.seed);
-    let model =
-        Threaded::new(init(device)?, settings.step_threads).with_replicas(placement.replicas);
+    let model = Threaded::new(init(device)?, settings.step_threads)
+        .with_replicas(placement.replicas)
+        .with_mixed_precision(settings.mixed_precision);
     let (dl_train, dl_valid) = loaders::<B, _, _, _, _, _, _>(
         data.train,
         data.valid,

@@ -1,18 +1,20 @@
 //! The training and inference step of every model: the loss of each model on its batch, and one
 //! generic step over them ([`train_step`], [`inference_step`]).
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
 
 use super::batch::{ForecastBatch, LmBatch, RegressionBatch};
+use super::mixed::{compute_copy, MixedPrecision};
 use super::parallel::{parallel_backward, parallel_forward, BatchPart};
 use crate::layers::activation::log_softmax;
 use crate::models::forecaster::Mamba2Forecaster;
 use crate::models::lm::Mamba2Lm;
 use crate::models::regressor::Mamba2Regressor;
+use crate::precision::upcast;
 use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
 impl<B: Backend> Mamba2Lm<B> {
@@ -31,6 +33,8 @@ impl<B: Backend> Mamba2Lm<B> {
         let (logits, _) = self
             .forward_documents(batch.inputs.clone(), batch.documents.as_ref(), None)
             .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+        // the loss and the metrics in `f32` whatever the model computes in
+        let logits = upcast(logits);
         let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
         SequenceOutput::new(loss, logits, None, batch.targets.clone())
     }
@@ -143,16 +147,19 @@ where
     B: AutodiffBackend,
     M: SupervisedModel<B> + AutodiffModule<B> + Send,
 {
-    scaled_train_step(model, batch, threads, 1.0)
+    scaled_train_step(model, batch, threads, 1.0, None)
 }
 
 /// [`train_step`] with the gradient multiplied by `grad_scale` (the loss it reports is the
-/// batch's own): a device's share of the mean over the devices of a multi-device step.
+/// batch's own): a device's share of the mean over the devices of a multi-device step; with
+/// `mixed`, the forward and backward on the parameters cast to that half type, the gradients
+/// on the model's own ([`MixedPrecision`]).
 pub(crate) fn scaled_train_step<B, M>(
     model: &M,
     batch: M::Batch,
     threads: usize,
     grad_scale: f64,
+    mixed: Option<MixedPrecision>,
 ) -> TrainOutput<M::Output>
 where
     B: AutodiffBackend,
@@ -166,16 +173,17 @@ where
             loss.mul_scalar(grad_scale)
         }
     };
+    let dtype = mixed.map(MixedPrecision::dtype);
     let mut parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
-        let output = model.batch_output(&batch);
+        let output = compute_copy(model, dtype).batch_output(&batch);
         return TrainOutput::new(model, scaled(output.loss()).backward(), output);
     }
     for part in &mut parts {
         part.weight *= grad_scale;
     }
     let (grads, loss, outputs) = parallel_backward(model, parts, |model, part| {
-        let output = model.batch_output(&part);
+        let output = compute_copy(model, dtype).batch_output(&part);
         (output.loss(), output)
     });
     // the parts' weights carried the scale: the batch's loss is reported without it
@@ -195,8 +203,23 @@ where
 pub fn inference_step<B, M>(model: &M, batch: M::Batch, threads: usize) -> M::Output
 where
     B: Backend,
-    M: SupervisedModel<B> + Clone + Send,
+    M: SupervisedModel<B> + Module<B> + Send,
 {
+    mixed_inference_step(model, batch, threads, None)
+}
+
+/// [`inference_step`] on the parameters cast to `mixed`'s half type, if any.
+pub(crate) fn mixed_inference_step<B, M>(
+    model: &M,
+    batch: M::Batch,
+    threads: usize,
+    mixed: Option<MixedPrecision>,
+) -> M::Output
+where
+    B: Backend,
+    M: SupervisedModel<B> + Module<B> + Send,
+{
+    let model = &compute_copy(model, mixed.map(MixedPrecision::dtype));
     let parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
         return model.batch_output(&batch);

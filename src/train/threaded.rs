@@ -10,7 +10,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
-use super::step::{inference_step, scaled_train_step, SupervisedModel};
+use super::mixed::MixedPrecision;
+use super::step::{mixed_inference_step, scaled_train_step, SupervisedModel};
 
 /// A model whose training and validation steps spread each batch over `threads` threads:
 /// the batch is cut into that many row slices that run forward (and backward) in parallel,
@@ -46,6 +47,7 @@ pub struct Threaded<B: Backend, M> {
     pub model: M,
     threads: usize,
     replicas: usize,
+    mixed: Option<MixedPrecision>,
     _backend: PhantomData<B>,
 }
 
@@ -56,8 +58,23 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
             model,
             threads: threads.max(1),
             replicas: 1,
+            mixed: None,
             _backend: PhantomData,
         }
+    }
+
+    /// Mixed precision: each step computes its forward and backward in `mixed`'s half type on
+    /// copies of the parameters, whose gradients land on the model's own (`f32`) parameters,
+    /// which the optimizer updates in `f32` ([`MixedPrecision`]). `None` (the default): the
+    /// model's own type throughout.
+    pub fn with_mixed_precision(mut self, mixed: Option<MixedPrecision>) -> Self {
+        self.mixed = mixed;
+        self
+    }
+
+    /// The half type of the steps' computation, if any.
+    pub fn mixed_precision(&self) -> Option<MixedPrecision> {
+        self.mixed
     }
 
     /// For Burn's multi-device strategy over `replicas` devices (values below 1 count as 1):
@@ -93,6 +110,7 @@ impl<B: Backend, M: Module<B>> Threaded<B, M> {
             model: f(self.model),
             threads: self.threads,
             replicas: self.replicas,
+            mixed: self.mixed,
             _backend: PhantomData,
         }
     }
@@ -141,6 +159,7 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> AutodiffModule<B> for Threaded<B,
             model: self.model.valid(),
             threads: self.threads,
             replicas: self.replicas,
+            mixed: self.mixed,
             _backend: PhantomData,
         }
     }
@@ -188,7 +207,13 @@ where
     type Output = M::Output;
 
     fn step(&self, batch: M::Batch) -> TrainOutput<M::Output> {
-        scaled_train_step(&self.model, batch, self.threads, 1.0 / self.replicas as f64)
+        scaled_train_step(
+            &self.model,
+            batch,
+            self.threads,
+            1.0 / self.replicas as f64,
+            self.mixed,
+        )
     }
 }
 
@@ -203,6 +228,6 @@ where
     type Output = M::Output;
 
     fn step(&self, batch: M::Batch) -> M::Output {
-        inference_step(&self.model, batch, self.threads)
+        mixed_inference_step(&self.model, batch, self.threads, self.mixed)
     }
 }
