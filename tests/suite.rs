@@ -20,6 +20,7 @@ mod mixed;
 mod paths;
 mod reference;
 mod ssd_cost;
+mod ssd_random;
 #[cfg(feature = "timeseries")]
 mod timeseries;
 mod training;

@@ -66,15 +66,19 @@ impl<B: Backend> ModuleMapper<B> for CastParams {
 #[cfg(all(test, feature = "ndarray"))]
 mod tests {
     use burn::backend::{Autodiff, NdArray};
-    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::module::{AutodiffModule, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
-    use burn::tensor::{DType, Int, Tensor, TensorData};
+    use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 
     use super::compute_copy;
     use crate::layers::backbone::Mamba2BackboneConfig;
     use crate::layers::mixer::Mamba2Config;
+    use crate::models::forecaster::Mamba2ForecasterConfig;
     use crate::models::lm::Mamba2LmConfig;
-    use crate::train::{LmBatch, SupervisedModel};
+    use crate::models::regressor::Mamba2RegressorConfig;
+    use crate::train::{
+        ForecastBatch, ForecastLoss, LmBatch, RegressionBatch, StepOutput, SupervisedModel,
+    };
 
     type B = Autodiff<NdArray>;
 
@@ -97,41 +101,23 @@ mod tests {
 
     /// The mechanism, on the CPU (NdArray has no half type, so the copy is `f64` here): the
     /// gradients of a step computed on the cast copies land on the `f32` parameters, in `f32`,
-    /// and equal the plain `f32` step's to `f32`'s precision; the copy itself is in the other
-    /// type.
-    #[test]
-    fn gradients_of_the_cast_copy_land_on_the_f32_weights() {
-        let device = Default::default();
-        let mixer = Mamba2Config::new(16)
-            .with_d_state(8)
-            .with_headdim(8)
-            .with_chunk_size(4);
-        let lm = Mamba2LmConfig::new(Mamba2BackboneConfig::new(2, mixer), 12)
-            .init::<B>(&device)
-            .unwrap();
-        let ids: Vec<i64> = (0..2 * 9).map(|i| (i * 5 % 12) as i64).collect();
-        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 9]), &device);
-        let batch = LmBatch {
-            inputs: ids.clone().narrow(1, 0, 8),
-            targets: ids.narrow(1, 1, 8),
-            documents: None,
-            ignore_index: None,
-        };
+    /// and equal the plain `f32` step's within 1e-4 of each gradient's largest element; the
+    /// copy computed in its own type (the two differ). Returns the worst difference.
+    fn check<M>(model: &M, batch: &M::Batch) -> f64
+    where
+        M: SupervisedModel<B> + AutodiffModule<B>,
+    {
         let grads_of = |dtype: Option<DType>| {
-            let copy = compute_copy(&lm, dtype);
-            let copy_type = copy.embedding.weight.val().dtype();
-            let loss = copy.batch_output(&batch).loss;
-            let grads = GradientsParams::from_grads(loss.backward(), &lm);
+            let loss = compute_copy(model, dtype).batch_output(batch).loss();
+            let grads = GradientsParams::from_grads(loss.backward(), model);
             let mut visitor = Grads {
                 grads: &grads,
                 out: Vec::new(),
             };
-            lm.visit(&mut visitor);
-            (copy_type, visitor.out)
+            model.visit(&mut visitor);
+            visitor.out
         };
-        let (plain_type, plain) = grads_of(None);
-        let (copy_type, mixed) = grads_of(Some(DType::F64));
-        assert_eq!((plain_type, copy_type), (DType::F32, DType::F64));
+        let (plain, mixed) = (grads_of(None), grads_of(Some(DType::F64)));
         assert_eq!(plain.len(), mixed.len());
         let mut worst = 0.0f64;
         for ((t0, g0), (t1, g1)) in plain.iter().zip(&mixed) {
@@ -146,5 +132,62 @@ mod tests {
             "worst relative gradient difference {worst:.2e}"
         );
         assert!(worst > 0.0, "the f64 copy computed nothing of its own");
+        worst
+    }
+
+    fn backbone() -> Mamba2BackboneConfig {
+        let mixer = Mamba2Config::new(16)
+            .with_d_state(8)
+            .with_headdim(8)
+            .with_chunk_size(4);
+        Mamba2BackboneConfig::new(2, mixer)
+    }
+
+    #[test]
+    fn gradients_of_the_cast_copy_land_on_the_f32_weights() {
+        let device = Default::default();
+
+        let lm = Mamba2LmConfig::new(backbone(), 12)
+            .init::<B>(&device)
+            .unwrap();
+        let ids: Vec<i64> = (0..2 * 9).map(|i| (i * 5 % 12) as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 9]), &device);
+        let batch = LmBatch {
+            inputs: ids.clone().narrow(1, 0, 8),
+            targets: ids.narrow(1, 1, 8),
+            documents: None,
+            ignore_index: None,
+        };
+        assert_eq!(
+            compute_copy(&lm, Some(DType::F64))
+                .embedding
+                .weight
+                .val()
+                .dtype(),
+            DType::F64
+        );
+        check(&lm, &batch);
+
+        // RevIN and the input's projection in the input's type and the weights' in turn
+        let normal = Distribution::Normal(0.0, 1.0);
+        let forecaster = Mamba2ForecasterConfig::new(2, 2, 3, backbone())
+            .with_patch_len(2)
+            .init::<B>(&device)
+            .unwrap();
+        let batch = ForecastBatch {
+            inputs: Tensor::random([3, 8, 2], normal, &device),
+            targets: Tensor::random([3, 3, 2], normal, &device),
+            loss: ForecastLoss::Mse,
+        };
+        check(&forecaster, &batch);
+
+        let regressor = Mamba2RegressorConfig::new(3, 2, backbone())
+            .init::<B>(&device)
+            .unwrap();
+        let batch = RegressionBatch {
+            inputs: Tensor::random([2, 7, 3], normal, &device),
+            targets: Tensor::random([2, 2], normal, &device),
+        };
+        check(&regressor, &batch);
     }
 }
