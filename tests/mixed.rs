@@ -6,6 +6,7 @@
 mod wgpu {
     use burn::backend::{Autodiff, Wgpu};
     use burn::optim::Optimizer;
+    use burn::tensor::backend::Backend;
     use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
     use burn::train::TrainStep;
     use mamba2_burn::train::{
@@ -17,7 +18,8 @@ mod wgpu {
 
     /// The largest relative difference of a mixed-precision step's loss from the `f32` run's at
     /// the same step, over 30 steps of AdamW at lr 3e-3 on one batch: three times the worst
-    /// measured on lavapipe (3.3e-4, 2026-12-05; the loss fell from 2.78 to 0.65 on both).
+    /// measured on lavapipe (2026-12-05: 2.2e-4 with this seed, the loss falling from 2.76 to
+    /// 0.59 on both; 2.6e-4 and 3.3e-4 from two other draws of the weights).
     const CURVE_TOL: f64 = 1e-3;
 
     /// The per-step losses of 30 training steps of `model` on `batch`, with `mixed` or in `f32`,
@@ -43,6 +45,9 @@ mod wgpu {
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn mixed_precision_f16_follows_the_f32_loss_curve() {
         let device = Default::default();
+        // the weights drawn from a fixed seed, the draws of other tests kept out meanwhile
+        let _rng = crate::common::seeded(17);
+        <B as Backend>::seed(&device, 17);
         let mixer = Mamba2Config::new(32)
             .with_d_state(16)
             .with_headdim(16)
