@@ -89,10 +89,9 @@ pub(crate) use recurrence::continue_rows;
 /// - input: see [`SsdInput`]
 /// - returns y `[b, l, h, p]` and the final state `[b, h, p, n]`
 pub fn ssd_chunked<B: SsdBackend>(input: SsdInput<B>) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    let input = SsdPrimitives::from(input);
-    if input.kernels == FusedKernels::Never {
-        return ssd_chunked_tensor_ops(SsdInput::from(input));
+    if input.kernels.in_effect() == FusedKernels::Never {
+        return ssd_chunked_tensor_ops(input);
     }
-    let (y, state) = B::ssd_chunked(input);
+    let (y, state) = B::ssd_chunked(SsdPrimitives::from(input));
     (primitive::float(y), primitive::float(state))
 }

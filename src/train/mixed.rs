@@ -7,6 +7,8 @@
 //! weight would round away accumulates in the `f32` one. The SSD computes its decays and
 //! states in `f32` whatever the inputs' type (`ssd`), and the LM's loss is taken in `f32`.
 
+use std::borrow::Cow;
+
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
@@ -40,18 +42,27 @@ impl MixedPrecision {
     /// gradients of a loss of the copy land on `model`'s parameters in their own type
     /// (`GradientsParams::from_grads(loss.backward(), &model)`), for the optimizer to update.
     pub fn compute_copy<B: Backend, M: Module<B>>(self, model: &M) -> M {
-        compute_copy(model, Some(self.dtype()))
+        cast_params(model, self.dtype())
+    }
+}
+
+/// What a step computes on: `model` itself without mixed precision (no copy on the plain
+/// path), else its [`MixedPrecision::compute_copy`].
+pub(crate) fn compute_model<B: Backend, M: Module<B>>(
+    model: &M,
+    mixed: Option<MixedPrecision>,
+) -> Cow<'_, M> {
+    match mixed {
+        Some(mixed) => Cow::Owned(mixed.compute_copy(model)),
+        None => Cow::Borrowed(model),
     }
 }
 
 /// A copy of `model` with every float parameter cast to `dtype`, each keeping its id; under
 /// autodiff each copy is a node whose parent is the original, so the gradients of a loss of the
-/// copy land on the original parameters in their own type. `None`: the model as it is.
-pub(crate) fn compute_copy<B: Backend, M: Module<B>>(model: &M, dtype: Option<DType>) -> M {
-    match dtype {
-        Some(dtype) => model.clone().map(&mut CastParams(dtype)),
-        None => model.clone(),
-    }
+/// copy land on the original parameters in their own type.
+fn cast_params<B: Backend, M: Module<B>>(model: &M, dtype: DType) -> M {
+    model.clone().map(&mut CastParams(dtype))
 }
 
 /// Casts every float parameter to its type, keeping the parameters' ids.
@@ -70,7 +81,7 @@ mod tests {
     use burn::optim::GradientsParams;
     use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 
-    use super::compute_copy;
+    use super::cast_params;
     use crate::layers::backbone::Mamba2BackboneConfig;
     use crate::layers::mixer::Mamba2Config;
     use crate::models::forecaster::Mamba2ForecasterConfig;
@@ -108,7 +119,8 @@ mod tests {
         M: SupervisedModel<B> + AutodiffModule<B>,
     {
         let grads_of = |dtype: Option<DType>| {
-            let loss = compute_copy(model, dtype).batch_output(batch).loss();
+            let copy = dtype.map(|dtype| cast_params(model, dtype));
+            let loss = copy.as_ref().unwrap_or(model).batch_output(batch).loss();
             let grads = GradientsParams::from_grads(loss.backward(), model);
             let mut visitor = Grads {
                 grads: &grads,
@@ -159,11 +171,7 @@ mod tests {
             ignore_index: None,
         };
         assert_eq!(
-            compute_copy(&lm, Some(DType::F64))
-                .embedding
-                .weight
-                .val()
-                .dtype(),
+            cast_params(&lm, DType::F64).embedding.weight.val().dtype(),
             DType::F64
         );
         check(&lm, &batch);

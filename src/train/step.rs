@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor};
 use burn::train::{InferenceStep, RegressionOutput, SequenceOutput, TrainOutput, TrainStep};
 
 use super::batch::{ForecastBatch, LmBatch, RegressionBatch};
-use super::mixed::{compute_copy, MixedPrecision};
+use super::mixed::{compute_model, MixedPrecision};
 use super::parallel::{parallel_backward, parallel_forward, BatchPart};
 use crate::layers::activation::log_softmax;
 use crate::models::forecaster::Mamba2Forecaster;
@@ -173,17 +173,16 @@ where
             loss.mul_scalar(grad_scale)
         }
     };
-    let dtype = mixed.map(MixedPrecision::dtype);
     let mut parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
-        let output = compute_copy(model, dtype).batch_output(&batch);
+        let output = compute_model(model, mixed).batch_output(&batch);
         return TrainOutput::new(model, scaled(output.loss()).backward(), output);
     }
     for part in &mut parts {
         part.weight *= grad_scale;
     }
     let (grads, loss, outputs) = parallel_backward(model, parts, |model, part| {
-        let output = compute_copy(model, dtype).batch_output(&part);
+        let output = compute_model(model, mixed).batch_output(&part);
         (output.loss(), output)
     });
     // the parts' weights carried the scale: the batch's loss is reported without it
@@ -219,7 +218,7 @@ where
     B: Backend,
     M: SupervisedModel<B> + Module<B> + Send,
 {
-    let model = &compute_copy(model, mixed.map(MixedPrecision::dtype));
+    let model = &*compute_model(model, mixed);
     let parts = M::split_batch(&batch, threads);
     if parts.len() <= 1 {
         return model.batch_output(&batch);
