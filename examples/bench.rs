@@ -14,7 +14,8 @@
 //! the first and of the last run, with `--count-kernels`), the throughput (`tokens_per_s` for train and forward,
 //! `us_per_token` for step: batch 1, one token with the state, after a 16-token prefill, on the
 //! dedicated CPU path `recurrent::CpuBackbone`, with the tensor `step` beside it as
-//! `tensor_step_us_per_token`), the
+//! `tensor_step_us_per_token`; `decode`: greedy decoding with the tensor `step` at `--batch`,
+//! the argmax on the device, `ms_per_token` and `tokens_per_s` of the batch), the
 //! peak resident memory of the process so far (on Wgpu and Cuda also the most device memory in
 //! use and reserved by CubeCL's pool, sampled after every run: `device_in_use_mb`,
 //! `device_reserved_mb`), the thread count, and the configuration. `--dtype f16` / `bf16` runs
@@ -60,7 +61,8 @@ use serde_json::json;
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Benchmark Mamba-2 training, forward, decode steps and the SSD")]
 struct Args {
-    /// Modes to run, comma separated: train, forward, step, ssd, ssd-train (one layer's SSD
+    /// Modes to run, comma separated: train, forward, step, decode (greedy decoding with the
+    /// tensor step at `--batch`), ssd, ssd-train (one layer's SSD
     /// alone, forward and backward, on the `--ssd` path), ssd-cost (the fused GPU
     /// scan's cost model at this shape, `mamba2_burn::ssd::cost`: no device, nothing timed).
     #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
@@ -75,6 +77,13 @@ struct Args {
     /// modes run for each in turn, in one process.
     #[arg(long, default_value = "fused", value_delimiter = ',')]
     ssd: Vec<String>,
+    /// How the fused kernels of Wgpu and Cuda compute the scan's intra-chunk products:
+    /// `tiled` (inside the kernels, no per-head `q × q` matrix in memory) or `transient` (each
+    /// head's matrices written for the call and multiplied by the matmul);
+    /// `mamba2_burn::ScanProducts`. Comma separated, the modes run for each in turn (inside
+    /// each `--ssd` path), in one process.
+    #[arg(long, default_value = "tiled", value_delimiter = ',')]
+    scan_products: Vec<String>,
     /// Float type of the weights and activations: f32, f16, bf16 or f64 (where the backend
     /// supports it: Cuda f16 and bf16, Wgpu f16 where the adapter has it, NdArray f64). With
     /// half precision the SSD's `dt`, decays and states are computed in f32.
@@ -160,6 +169,11 @@ impl Args {
             self.batch = vec![1];
         }
         Ok(self)
+    }
+
+    /// This run's `--scan-products` (one per run: `run` splits a list).
+    fn scan_products(&self) -> mamba2_burn::ScanProducts {
+        products_mode(&self.scan_products[0]).expect("checked in main")
     }
 
     /// The path of this run's `--ssd` (one per run: `run` splits a list).
@@ -359,6 +373,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "peak_rss_mb": peak_rss_mb(),
         "backend": backend_name(args),
         "ssd": args.ssd.first(),
+        "scan_products": args.scan_products.first(),
         "mixed_precision": args.mixed_precision,
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
@@ -397,6 +412,7 @@ fn ssd_cost(args: &Args) {
             &mut line,
             json!({
                 "mode": "ssd-cost",
+                "scan_products": args.scan_products.first(),
                 "us_h100": launch.seconds(&rates) * 1e6,
                 "us_h200_calibrated": launch.seconds(&calibrated) * 1e6,
             }),
@@ -433,6 +449,7 @@ fn scan_shape(args: &Args) -> Result<mamba2_burn::ssd::cost::ScanShape, String> 
         args.d_state,
         args.chunk_size,
     );
+    shape.products = args.scan_products();
     // the products' operands and the layouts in the model's type, the rest in f32
     shape.element_bytes = match float_dtype(args)? {
         None => 4,
@@ -650,6 +667,62 @@ fn bench_step<B: SsdBackend>(
     Ok((per_run / tokens as f64, cpu_run / cpu_tokens as f64))
 }
 
+/// `--mode decode`: greedy decoding with the tensor `step` at `--batch`, each token's ids the
+/// argmax of the last logits (on the device; the ids read back once per run), after a 16-token
+/// chunked prefill: seconds per decoded token of the whole batch. The language model with a
+/// vocabulary, else the backbone on random inputs.
+fn bench_decode<B: SsdBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<f64, mamba2_burn::Mamba2Error> {
+    let (b, tokens) = (args.batch(), 32);
+    if args.vocab() > 0 {
+        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
+        let prompt = random_ids(
+            &Args {
+                seq_len: 16,
+                ..args.clone()
+            },
+            device,
+        );
+        let (logits, state) = model.forward(prompt, None)?;
+        let [_, l, v] = logits.dims();
+        let first = logits
+            .narrow(1, l - 1, 1)
+            .reshape([b, v])
+            .argmax(1)
+            .reshape([b]);
+        let mut carried = Some((first, state));
+        Ok(timed(args.iters, || {
+            let (mut ids, mut state) = carried.take().expect("carried");
+            for _ in 0..tokens {
+                let (logits, next) = model.step(ids, state).expect("checked shapes");
+                ids = logits.argmax(1).reshape([b]);
+                state = next;
+            }
+            let _ = ids.clone().into_data();
+            carried = Some((ids, state));
+        }) / tokens as f64)
+    } else {
+        let model: Mamba2Backbone<B> = config(args).init(device)?;
+        let normal = Distribution::Normal(0.0, 1.0);
+        let prefill = Tensor::<B, 3>::random([b, 16, args.d_model], normal, device);
+        let (_, state) = model.forward(prefill, None)?;
+        let x = Tensor::<B, 2>::random([b, args.d_model], normal, device);
+        let mut carried = Some(state);
+        Ok(timed(args.iters, || {
+            let mut state = carried.take().expect("carried");
+            let mut y = x.clone();
+            for _ in 0..tokens {
+                let (out, next) = model.step(y, state).expect("checked shapes");
+                (y, state) = (out, next);
+            }
+            let _ = y.into_data();
+            carried = Some(state);
+        }) / tokens as f64)
+    }
+}
+
 /// One layer's SSD inputs at the bench's shape (`x`, `B`, `C` normal, `dt` in 0.001 … 0.1,
 /// `A` in −16 … −1), on `device`.
 fn ssd_input<B: Backend>(args: &Args, device: &B::Device) -> SsdInput<B> {
@@ -667,7 +740,9 @@ fn ssd_input<B: Backend>(args: &Args, device: &B::Device) -> SsdInput<B> {
     let a = Tensor::<B, 1>::random([h], Distribution::Uniform(-16.0, -1.0), device);
     let bm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
     let cm = Tensor::<B, 4>::random([b, l, g, n], normal, device);
-    SsdInput::new(x, dt, a, bm, cm, args.chunk_size).fused_kernels(args.fused_kernels())
+    SsdInput::new(x, dt, a, bm, cm, args.chunk_size)
+        .fused_kernels(args.fused_kernels())
+        .scan_products(args.scan_products())
 }
 
 fn bench_ssd<B: SsdBackend>(args: &Args, device: &B::Device) -> (f64, f64) {
@@ -700,7 +775,8 @@ fn bench_ssd_train<B: SsdAutodiffBackend>(
             base.c.clone().require_grad(),
             base.chunk_size,
         )
-        .fused_kernels(base.kernels);
+        .fused_kernels(base.kernels)
+        .scan_products(base.products);
         let leaves = [&input.x, &input.b, &input.c].map(|t| t.clone());
         let (dt, a) = (input.dt.clone(), input.a.clone());
         let (y, s) = ssd_chunked(input);
@@ -759,7 +835,17 @@ fn fused_mode(ssd: &str) -> Option<mamba2_burn::FusedKernels> {
     }
 }
 
-/// Every `--mode` for each `--batch` and `--ssd` path in turn.
+/// `--scan-products`' variant as the library's setting.
+fn products_mode(products: &str) -> Option<mamba2_burn::ScanProducts> {
+    use mamba2_burn::ScanProducts;
+    match products {
+        "tiled" => Some(ScanProducts::Tiled),
+        "transient" => Some(ScanProducts::Transient),
+        _ => None,
+    }
+}
+
+/// Every `--mode` for each `--batch`, `--ssd` path and `--scan-products` variant in turn.
 fn run<B: SsdBackend>(
     args: &Args,
     device: B::Device,
@@ -773,12 +859,23 @@ fn run<B: SsdBackend>(
     };
     for batch in batches {
         for ssd in &args.ssd {
-            let args = Args {
-                ssd: vec![ssd.clone()],
-                batch: vec![batch],
-                ..args.clone()
+            // the tensor operations have no intra-chunk variants: they run once
+            let variants = if fused_mode(ssd) == Some(mamba2_burn::FusedKernels::Never) {
+                &args.scan_products[..1]
+            } else {
+                &args.scan_products[..]
             };
-            run_modes::<B>(&args, &device, &memory)?;
+            for products in variants {
+                let args = Args {
+                    ssd: vec![ssd.clone()],
+                    scan_products: vec![products.clone()],
+                    batch: vec![batch],
+                    ..args.clone()
+                };
+                // the models' scans on this thread (a GPU's train and forward run on one)
+                let _products = mamba2_burn::ssd::override_scan_products(args.scan_products());
+                run_modes::<B>(&args, &device, &memory)?;
+            }
         }
     }
     Ok(())
@@ -814,6 +911,13 @@ fn run_modes<B: SsdBackend>(
                     }),
                 )
             })?,
+            "decode" => bench_decode::<B>(args, device).map(|t| {
+                let extra = json!({
+                    "ms_per_token": t * 1e3,
+                    "tokens_per_s": args.batch() as f64 / t,
+                });
+                report(args, mode, t, extra)
+            })?,
             "ssd" => {
                 let (chunked, sequential) = bench_ssd::<B>(args, device);
                 let mut extra = json!({ "chunked_s": chunked, "sequential_s": sequential, "speedup": sequential / chunked });
@@ -829,7 +933,8 @@ fn run_modes<B: SsdBackend>(
             }
             other => {
                 eprintln!(
-                    "error: unknown --mode {other:?} (train, forward, step, ssd, ssd-train, ssd-cost)"
+                    "error: unknown --mode {other:?} (train, forward, step, decode, ssd, ssd-train, \
+                     ssd-cost)"
                 );
                 std::process::exit(2);
             }
@@ -848,9 +953,22 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(other) = args
+        .scan_products
+        .iter()
+        .find(|s| products_mode(s).is_none())
+    {
+        eprintln!("error: unknown --scan-products {other:?} (tiled, transient)");
+        std::process::exit(2);
+    }
     // the cost model needs no device
     if args.mode.iter().any(|m| m == "ssd-cost") {
-        ssd_cost(&args);
+        for products in &args.scan_products {
+            ssd_cost(&Args {
+                scan_products: vec![products.clone()],
+                ..args.clone()
+            });
+        }
     }
     let args = Args {
         mode: args
@@ -866,6 +984,14 @@ fn main() {
     }
     if let Some(other) = args.ssd.iter().find(|s| fused_mode(s).is_none()) {
         eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
+        std::process::exit(2);
+    }
+    if let Some(other) = args
+        .scan_products
+        .iter()
+        .find(|s| products_mode(s).is_none())
+    {
+        eprintln!("error: unknown --scan-products {other:?} (tiled, transient)");
         std::process::exit(2);
     }
     if let Err(e) = mixed_precision(&args) {

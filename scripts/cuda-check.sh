@@ -22,14 +22,17 @@
 # shared by the whole run.
 #
 #   step                                                        limit   expected
-#   1. cold start: one 130m training step (bf16, 8 x 2,048),      120 s    30-90 s
-#      empty caches, then the same process again, warm            30 s     5-15 s
+#   1. cold start: one 130m training step (bf16, 8 x 2,048),      110 s    30-90 s
+#      empty caches, then the same process again, warm            20 s     5-15 s
 #   2. correctness, two processes at once (the lib's fused-scan   120 s    60-100 s
 #      tests; the suite's golden cases and path tests on Cuda)
-#   3. one 130m layer's SSD, both paths, f32 then bf16            45 s     15-30 s each
-#   4. the 130m LM, both paths, bf16, batch 1 and 8 x 2,048        80 s     40-70 s
-#      the 130m LM in mixed precision (f32 weights and AdamW      50 s     20-40 s
+#   3. one 130m layer's SSD, both paths (the fused one with both   45 s     20-40 s each
+#      variants of its intra-chunk products), f32 then bf16
+#   4. the 130m LM, both paths and both variants, bf16, 8 x 2,048  80 s     40-70 s
+#      the 130m LM in mixed precision (f32 weights and AdamW      40 s     20-35 s
 #      state, bf16 compute: train_lm's GPU recipe), batch 8
+#      the 130m LM decoding (the tensor step, greedy), bf16,      30 s     15-25 s
+#      batch 1 and 32
 #   5. the peers: mamba_ssm's SSD and LM (peer_gpu.py)             90 s     50-80 s
 #
 # Together 580 s at most (CUDA_CHECK_BUDGET: a step gets what is left when less than its
@@ -122,9 +125,9 @@ run() {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
         # 1. the first training step of a fresh process, caches empty, then warm
-        step 120 cold_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
+        step 110 cold_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
             --ssd measured --count-kernels
-        step 30 warm_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
+        step 20 warm_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
             --ssd measured --count-kernels
         # 2. correctness: the fused scan against the tensor operations and past 2^32 elements
         # (the library's tests), the golden cases and the path tests (the suite's), two
@@ -134,17 +137,21 @@ run() {
         step 120 tests_suite "$BIN/suite" cuda --ignored --nocapture
         wait "$lib_pid" || true
         # 3. one 130m layer's SSD (batch 8): the cost model, then forward and forward plus
-        # backward on both paths, in f32 and in bf16
+        # backward on both paths, the fused one with its intra-chunk products tiled and
+        # transient (ScanProducts), in f32 and in bf16
         for dtype in f32 bf16; do
             step 45 "ssd_$dtype" "${bench[@]}" --preset 130m --batch 8 --dtype "$dtype" \
-                --ssd fused,tensor-ops --mode ssd-cost,ssd,ssd-train --iters 5
+                --ssd fused,tensor-ops --scan-products tiled,transient \
+                --mode ssd-cost,ssd,ssd-train --iters 5
         done
-        # 4. the 130m LM, training and forward, both paths, bf16, batch 1 and 8
-        step 80 lm_bf16 "${bench[@]}" "${lm[@]}" --batch 1,8 --ssd fused,tensor-ops \
-            --mode train,forward --iters 3
+        # 4. the 130m LM, training and forward, both paths and both variants, bf16, batch 8
+        step 80 lm_bf16 "${bench[@]}" "${lm[@]}" --batch 8 --ssd fused,tensor-ops \
+            --scan-products tiled,transient --mode train,forward --iters 3
         # the same LM trained as train_lm trains it on a GPU: f32 weights, bf16 compute
-        step 50 lm_mixed "${bench[@]}" --preset 130m --dtype f32 --mixed-precision bf16 \
+        step 40 lm_mixed "${bench[@]}" --preset 130m --dtype f32 --mixed-precision bf16 \
             --batch 8 --ssd measured --mode train --iters 3
+        # decoding with the tensor step: per-token latency at batch 1, throughput at 32
+        step 30 decode "${bench[@]}" "${lm[@]}" --batch 1,32 --mode decode --iters 3
         # 5. the peers on the same machine in the same call
         if [ -d "$BIN/peer/mamba_ssm" ] && command -v python3 >/dev/null; then
             local peer

@@ -26,24 +26,31 @@ if name == "bench":
     modes = arg("--mode", "train").split(",")
     batches = [int(b) for b in arg("--batch", "1").split(",")]
     paths = arg("--ssd", "fused").split(",")
+    variants = arg("--scan-products", "tiled").split(",")
     dtype = arg("--dtype", "f32")
     out(mode="setup", since_start_s=0.0, cubecl_cache=os.environ.get("MAMBA2_BURN_CUBECL_CACHE"))
     t = 0.0
+    if "ssd-cost" in modes:
+        for products in variants:
+            out(mode="ssd-cost", summary=True, scan_products=products, ssd_train_ms_h100=0.0)
+    runs = [(p, v) for p in paths for v in (variants[:1] if p == "tensor-ops" else variants)]
     for batch in batches:
-        for path in paths:
+        for path, products in runs:
             for mode in modes:
                 if mode == "ssd-cost":
-                    out(mode="ssd-cost", summary=True, ssd_train_ms_h100=0.0)
                     continue
                 t += 1.0
                 line = dict(mode=mode, median_s=0.001, iters=int(arg("--iters", "5")),
                             first_run_s=1.0, first_done_s=t, second_done_s=t + 0.001,
-                            backend="cuda-" + dtype, ssd=path,
+                            backend="cuda-" + dtype, ssd=path, scan_products=products,
                             mixed_precision=arg("--mixed-precision", None),
                             config={"batch": batch, "seq_len": 2048, "n_layer": 24},
                             kernels_compiled={"first_run": 0, "last_run": 0})
                 if mode in ("train", "forward", "ssd-train"):
                     line["tokens_per_s"] = batch * 2048 / 0.001
+                if mode == "decode":
+                    line["ms_per_token"] = 1.0
+                    line["tokens_per_s"] = batch / 0.001
                 if mode in ("ssd", "ssd-train"):
                     line["model_ms_h100"] = 0.0
                     line["model_ms_h200_calibrated"] = 0.0

@@ -4,8 +4,9 @@
 Reads the run's work folder: `steps` (a line per step: name, passed / failed / timed_out /
 skipped, seconds) and `NAME.out` (each step's output: the bench's and the peers' JSON lines, the
 tests' result and worst-error lines). Gives each step's status, the cold start, the tests'
-figures, both paths' SSD and LM figures beside mamba_ssm's, the default path each type's
-figures choose, and the issues' goals with the figures that meet them or not.
+figures, both paths' SSD and LM figures beside mamba_ssm's (the fused path's with each variant
+of its intra-chunk products), the default path each type's figures choose and the variant they
+choose, the decoding latency, and the issues' goals with the figures that meet them or not.
 """
 import json, os, re, sys
 
@@ -69,7 +70,8 @@ for dtype in ("f32", "bf16"):
     for r in records("ssd_" + dtype):
         standin |= bool(r.get("standin"))
         if r.get("mode") in ("ssd", "ssd-train"):
-            ssd.append({"dtype": dtype, "ssd": r.get("ssd"), "mode": r["mode"],
+            ssd.append({"dtype": dtype, "ssd": r.get("ssd"), "scan_products": r.get("scan_products"),
+                        "mode": r["mode"],
                         "ms": r["median_s"] * 1e3, "model_ms_h100": r.get("model_ms_h100"),
                         "model_ms_h200_calibrated": r.get("model_ms_h200_calibrated"),
                         "first_run_s": r.get("first_run_s")})
@@ -79,7 +81,8 @@ lm = []
 for r in records("lm_bf16"):
     standin |= bool(r.get("standin"))
     if r.get("mode") in ("train", "forward"):
-        lm.append({"ssd": r.get("ssd"), "mode": r["mode"], "batch": r["config"]["batch"],
+        lm.append({"ssd": r.get("ssd"), "scan_products": r.get("scan_products"),
+                   "mode": r["mode"], "batch": r["config"]["batch"],
                    "tokens_per_s": r.get("tokens_per_s"), "ms": r["median_s"] * 1e3,
                    "device_reserved_mb": r.get("device_reserved_mb")})
 summary["lm"] = lm
@@ -95,6 +98,15 @@ for r in records("lm_mixed"):
                       "device_reserved_mb": r.get("device_reserved_mb")})
 summary["lm_mixed"] = mixed
 
+# decoding with the tensor step, greedy, bf16
+decode = []
+for r in records("decode"):
+    standin |= bool(r.get("standin"))
+    if r.get("mode") == "decode":
+        decode.append({"batch": r["config"]["batch"], "ms_per_token": r.get("ms_per_token"),
+                       "tokens_per_s": r.get("tokens_per_s")})
+summary["decode"] = decode
+
 peers = records("peers")
 standin |= any(r.get("standin") for r in peers)
 summary["peers"] = [r for r in peers if r.get("part") in ("ssd", "lm", "env")]
@@ -107,25 +119,55 @@ def find(rows, **kw):
     return None
 
 
-# the default path per type: fused where it is at least as fast as the tensor operations in
-# every measurement of that type (one layer's SSD forward and training; in bf16 also the LM)
+# the variant of the fused path's intra-chunk products per type: transient where it is faster
+# than tiled in every measurement of that type (one layer's SSD forward and training; in bf16
+# also the LM's training and forward); the fused path's figures below are the chosen variant's
+products = {}
+for dtype in ("f32", "bf16"):
+    verdict, compared = "transient", 0
+    pairs = [tuple(find(ssd, dtype=dtype, ssd="fused", scan_products=v, mode=mode)
+                   for v in ("tiled", "transient"))
+             for mode in ("ssd", "ssd-train")]
+    pairs = [(t["ms"], x["ms"]) for t, x in pairs if t and x]
+    if dtype == "bf16":
+        for mode in ("train", "forward"):
+            t = find(lm, ssd="fused", scan_products="tiled", mode=mode, batch=8)
+            x = find(lm, ssd="fused", scan_products="transient", mode=mode, batch=8)
+            if t and x:
+                pairs.append((t["ms"], x["ms"]))
+    for tiled_ms, transient_ms in pairs:
+        compared += 1
+        if transient_ms >= tiled_ms:
+            verdict = "tiled"
+    products[dtype] = verdict if compared else None
+summary["scan_products"] = products
+
+
+def fused(rows, of, **kw):
+    """The fused path's row of the variant chosen for type `of` (tiled where none was)."""
+    return find(rows, ssd="fused", scan_products=products.get(of) or "tiled", **kw)
+
+
+# the default path per type: fused (its chosen variant) where it is at least as fast as the
+# tensor operations in every measurement of that type (one layer's SSD forward and training;
+# in bf16 also the LM)
 default = {}
 for dtype in ("f32", "bf16"):
     verdict, compared = "fused", 0
     for mode in ("ssd", "ssd-train"):
-        f, t = find(ssd, dtype=dtype, ssd="fused", mode=mode), find(ssd, dtype=dtype, ssd="tensor-ops", mode=mode)
+        f, t = fused(ssd, dtype, dtype=dtype, mode=mode), find(ssd, dtype=dtype, ssd="tensor-ops", mode=mode)
         if f and t:
             compared += 1
             if f["ms"] > t["ms"]:
                 verdict = "tensor-ops"
     if dtype == "bf16":
-        for r in lm:
-            if r["ssd"] == "fused":
-                t = find(lm, ssd="tensor-ops", mode=r["mode"], batch=r["batch"])
-                if t:
-                    compared += 1
-                    if r["tokens_per_s"] < t["tokens_per_s"]:
-                        verdict = "tensor-ops"
+        for mode in ("train", "forward"):
+            f = fused(lm, dtype, mode=mode, batch=8)
+            t = find(lm, ssd="tensor-ops", mode=mode, batch=8)
+            if f and t:
+                compared += 1
+                if f["tokens_per_s"] < t["tokens_per_s"]:
+                    verdict = "tensor-ops"
     default[dtype] = verdict if compared else None
 summary["default_path"] = default
 
@@ -135,13 +177,14 @@ if c:
 if w:
     goals["first_130m_step_within_5_s_warm"] = {"s": w["first_done_s"], "met": w["first_done_s"] <= 5}
 peer_ssd = find(summary["peers"], part="ssd", dtype="bf16")
-ours = find(ssd, dtype="bf16", ssd="fused", mode="ssd-train")
+ours = fused(ssd, "bf16", dtype="bf16", mode="ssd-train")
 if ours:
-    goals["ssd_layer_train_within_1_5_ms_bf16"] = {"ms": ours["ms"], "met": ours["ms"] <= 1.5}
+    goals["ssd_layer_train_within_1_5_ms_bf16"] = {"ms": ours["ms"], "met": ours["ms"] <= 1.5,
+                                                   "scan_products": ours["scan_products"]}
     if peer_ssd:
         goals["ssd_layer_train_vs_mamba_ssm"] = {"ms": ours["ms"], "mamba_ssm_ms": peer_ssd["train_ms"],
                                                   "speedup": peer_ssd["train_ms"] / ours["ms"]}
-for batch in (1, 8):
+for batch in (8,):
     best = max((r["tokens_per_s"] for r in lm if r["mode"] == "train" and r["batch"] == batch), default=None)
     peer = find(summary["peers"], part="lm", dtype="bf16", batch=batch)
     if best:
@@ -160,6 +203,10 @@ if recipe and recipe["tokens_per_s"]:
         g["mamba_ssm_tokens_per_s"] = peer["train_tokens_per_s"]
         g["speedup"] = recipe["tokens_per_s"] / peer["train_tokens_per_s"]
     goals["lm_130m_train_mixed_bf16_batch_8_at_least_250k"] = g
+one = find(decode, batch=1)
+if one and one["ms_per_token"] is not None:
+    goals["decode_130m_batch_1_within_2_ms_per_token"] = {"ms_per_token": one["ms_per_token"],
+                                                          "met": one["ms_per_token"] <= 2.0}
 summary["goals"] = goals
 summary["dry_run"] = standin
 print(json.dumps(summary, indent=1))

@@ -83,4 +83,4 @@ pub use models::forecaster::{
 pub use models::lm::{Mamba2Lm, Mamba2LmConfig, Mamba2LmRecord};
 pub use models::regressor::{Mamba2Regressor, Mamba2RegressorConfig, Mamba2RegressorRecord};
 pub use recurrent::StreamingForecaster;
-pub use ssd::{FusedKernels, ProjectionBackend, SsdAutodiffBackend, SsdBackend};
+pub use ssd::{FusedKernels, ProjectionBackend, ScanProducts, SsdAutodiffBackend, SsdBackend};

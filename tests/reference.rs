@@ -491,6 +491,7 @@ mod wgpu {
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
     use burn::backend::Wgpu;
     use burn::tensor::{FloatDType, IntDType};
+    use mamba2_burn::ssd::ScanProducts;
 
     /// In `f16`, whose unit roundoff is 4.9e-4 (6e-8 in `f32`): about twice the worst
     /// errors measured (module docs).
@@ -525,6 +526,15 @@ mod wgpu {
         both_orders::<Fused>("wgpu (fused)");
     }
 
+    /// The fused scan with its intra-chunk products through the matmul, on each head's
+    /// matrices written for the call.
+    #[test]
+    #[ignore = "needs a device driver: run with -- --ignored"]
+    fn reference_cases_wgpu_transient_products() {
+        let _products = mamba2_burn::ssd::override_scan_products(ScanProducts::Transient);
+        both_orders::<Fused>("wgpu (fused, transient products)");
+    }
+
     #[test]
     #[ignore = "needs a device driver: run with -- --ignored"]
     fn reference_cases_wgpu_unfused() {
@@ -542,12 +552,16 @@ mod wgpu {
         let dev = WgpuDevice::Cpu;
         burn::tensor::set_default_dtypes::<Wgpu<f32, i32>>(&dev, FloatDType::F16, IntDType::I32)
             .expect("f16 as the float type of the CPU adapter, set before any tensor on it");
-        let name = "wgpu (fused), f16";
-        let failed = check_cases::<Fused>(name, &dev, false, HALF_TOL);
-        assert!(
-            failed.is_empty(),
-            "reference cases failed on {name}: {failed:?}"
-        );
+        // both variants of the intra-chunk products, on the one device of this type
+        for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+            let _products = mamba2_burn::ssd::override_scan_products(products);
+            let name = format!("wgpu (fused, {products:?} products), f16");
+            let failed = check_cases::<Fused>(&name, &dev, false, HALF_TOL);
+            assert!(
+                failed.is_empty(),
+                "reference cases failed on {name}: {failed:?}"
+            );
+        }
     }
 }
 
@@ -556,6 +570,7 @@ mod cuda {
     use super::*;
     use burn::backend::cuda::CudaDevice;
     use burn::backend::Cuda;
+    use mamba2_burn::ssd::ScanProducts;
 
     /// In `f32` on Cuda: Burn's matmul may run `f32` products on tensor cores as TF32
     /// (cubek's accelerated kernels, which its autotune picks where they are fastest), whose
@@ -573,17 +588,24 @@ mod cuda {
         // the fused scan (the default on Cuda is the tensor operations until measured there)
         let _fused = mamba2_burn::ssd::override_fused_kernels(mamba2_burn::FusedKernels::Always);
         let dev = CudaDevice::default();
-        let name = "cuda (fused)";
-        let mut failed = check_cases::<Autodiff<Cuda<f32, i32>>>(name, &dev, false, TF32_TOL);
-        failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(
-            &format!("{name}, reversed"),
-            &dev,
-            true,
-            TF32_TOL,
-        ));
+        let mut failed = Vec::new();
+        // both variants of the intra-chunk products
+        for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+            let _products = mamba2_burn::ssd::override_scan_products(products);
+            let name = format!("cuda (fused, {products:?} products)");
+            failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(
+                &name, &dev, false, TF32_TOL,
+            ));
+            failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(
+                &format!("{name}, reversed"),
+                &dev,
+                true,
+                TF32_TOL,
+            ));
+        }
         assert!(
             failed.is_empty(),
-            "reference cases failed on {name}: {failed:?}"
+            "reference cases failed on cuda: {failed:?}"
         );
     }
 }

@@ -4,9 +4,10 @@
 //! `cargo run --release --example bench -- --mode ssd-cost --preset 130m --batch 8` prints it.
 
 use mamba2_burn::ssd::cost::{
-    backward_launches, chunk_scan_product_flops, forward_launches, heavy, totals, LaunchKind, Pass,
-    Rates, ScanShape,
+    backward_launches, chunk_scan_product_flops, forward_launches, heavy, totals, Launch,
+    LaunchKind, Pass, Rates, ScanShape,
 };
+use mamba2_burn::ScanProducts;
 
 /// CubeCL's profile of one 130m layer's fused scan in bf16 on an NVIDIA H200, 2026-12-04, at
 /// 477a759 (each launch synchronised: kernel times, steady state; `../shared/docs/gpu-notes.md`,
@@ -206,6 +207,77 @@ fn training_step_estimate_fits_its_budget() {
         assert!(
             ms <= budget,
             "{ms:.1} ms with {element_bytes}-byte operands"
+        );
+    }
+}
+
+/// The transient products (`ScanProducts::Transient`): the intra-chunk contractions become
+/// products over whole `q × q` matrices (`M·x`; `Mᵀ·dy` and `dy·xᵀ` in the gradient), each
+/// `2·b·c·h·q²·p` FLOPs on tensor cores, with each head's matrices written once (`M` in both
+/// passes and `dy·xᵀ`: the only launches that write `b·c·h·q²` elements); the tiled kernels
+/// keep their element-wise work and lose their contractions. Prints both variants' estimates.
+#[test]
+fn transient_products_move_the_contractions_to_tensor_cores() {
+    let tiled = ScanShape {
+        element_bytes: 2,
+        ..layer_130m()
+    };
+    let transient = ScanShape {
+        products: ScanProducts::Transient,
+        ..tiled
+    };
+    let (forward, backward) = (forward_launches(transient), backward_launches(transient));
+    assert!(forward.len() <= 9, "{} launches forward", forward.len());
+    assert!(backward.len() <= 19, "{} launches backward", backward.len());
+    let square: Vec<&str> = forward
+        .iter()
+        .chain(&backward)
+        .filter(|x| x.per_head_square)
+        .map(|x| x.name)
+        .collect();
+    assert_eq!(square, ["intra_weights", "intra_weights", "dy·xᵀ"]);
+    let find = |launches: &[Launch], name: &str| -> Launch {
+        launches
+            .iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no launch {name}"))
+            .clone()
+    };
+    let s = transient;
+    let whole = 2.0 * (s.b * s.c() * s.h * s.q * s.q * s.p) as f64;
+    assert_eq!(find(&forward, "M·x").product_flops, whole);
+    assert_eq!(find(&backward, "Mᵀ·dy").product_flops, whole);
+    assert_eq!(find(&backward, "dy·xᵀ").product_flops, whole);
+    // the tiled kernels without their contractions
+    for (t, w) in [
+        (
+            find(&forward_launches(tiled), "chunk_scan"),
+            find(&forward, "chunk_scan"),
+        ),
+        (
+            find(&backward_launches(tiled), "chunk_scan_grads"),
+            find(&backward, "chunk_scan_grads"),
+        ),
+        (
+            find(&backward_launches(tiled), "score_grads"),
+            find(&backward, "score_grads"),
+        ),
+    ] {
+        assert!(w.other_flops < 0.5 * t.other_flops, "{}", t.name);
+        assert_eq!(w.kind, LaunchKind::Tiled);
+    }
+    for rates in [Rates::h100(2), Rates::h200_calibrated(2)] {
+        let layer = |s| {
+            (totals(&forward_launches(s), &rates).seconds
+                + totals(&backward_launches(s), &rates).seconds)
+                * 1e3
+        };
+        println!(
+            "{}: one 130m layer's scan in bf16, forward and backward: tiled {:.2} ms, transient \
+             {:.2} ms",
+            rates.name,
+            layer(tiled),
+            layer(transient)
         );
     }
 }

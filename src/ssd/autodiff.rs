@@ -13,7 +13,7 @@ use burn::tensor::ops::ModuleOps;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata};
 
 use super::backend::{tensor_ops, SsdBackend, SsdPrimitives};
-use super::fused::FusedKernels;
+use super::fused::{FusedKernels, ScanProducts};
 use super::primitive::{float, primitive};
 use super::projection::ProjectionBackend;
 use crate::precision::{cast_to, compute_dtype};
@@ -31,6 +31,7 @@ struct SsdState<B: SsdBackend> {
     starts: Option<FloatTensor<B>>,
     chunk_size: usize,
     kernels: FusedKernels,
+    products: ScanProducts,
     y_shape: Shape,
     state_shape: Shape,
 }
@@ -73,6 +74,7 @@ impl<B: SsdBackend, const N: usize> Backward<B, N> for SsdBackward {
                 starts: state.starts,
                 chunk_size: state.chunk_size,
                 kernels: state.kernels,
+                products: state.products,
             },
             primitive(grad_y),
             primitive(grad_state),
@@ -181,6 +183,7 @@ impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
             starts,
             chunk_size,
             kernels,
+            products,
         } = inputs;
         let starts = starts.map(|s| s.primitive);
         let mut tracked = vec![x, dt, a, b, c];
@@ -196,6 +199,7 @@ impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
                 starts,
                 chunk_size,
                 kernels,
+                products,
             };
         let forward = |inputs: SsdPrimitives<B>| {
             let (y, state) = B::ssd_chunked(inputs);
@@ -211,9 +215,23 @@ impl<B: SsdBackend, C: CheckpointStrategy> SsdBackend for Autodiff<B, C> {
             (primitive(flat), y_shape, state_shape)
         };
         let output = if tracked.len() == 6 {
-            register::<B, C, 6>(&tracked, starts, chunk_size, kernels, inner, forward)
+            register::<B, C, 6>(
+                &tracked,
+                starts,
+                chunk_size,
+                (kernels, products),
+                inner,
+                forward,
+            )
         } else {
-            register::<B, C, 5>(&tracked, starts, chunk_size, kernels, inner, forward)
+            register::<B, C, 5>(
+                &tracked,
+                starts,
+                chunk_size,
+                (kernels, products),
+                inner,
+                forward,
+            )
         };
         let (flat, y_shape, state_shape) = output;
         let flat = float::<Self, 1>(flat);
@@ -238,7 +256,7 @@ fn register<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
     tracked: &[FloatTensor<Autodiff<B, C>>],
     starts: Option<FloatTensor<B>>,
     chunk_size: usize,
-    kernels: FusedKernels,
+    (kernels, products): (FusedKernels, ScanProducts),
     inner: impl Fn(&[FloatTensor<Autodiff<B, C>>], Option<FloatTensor<B>>) -> SsdPrimitives<B>,
     forward: impl Fn(SsdPrimitives<B>) -> Flat<B>,
 ) -> Flat<Autodiff<B, C>> {
@@ -252,6 +270,7 @@ fn register<B: SsdBackend, C: CheckpointStrategy, const N: usize>(
                 starts,
                 chunk_size,
                 kernels,
+                products,
                 y_shape: y_shape.clone(),
                 state_shape: state_shape.clone(),
             };

@@ -8,7 +8,7 @@ use super::primitive::{float, primitive};
 use super::projection::ProjectionBackend;
 
 use super::chunked::ssd_chunked_tensor_ops;
-use super::fused::FusedKernels;
+use super::fused::{FusedKernels, ScanProducts};
 use super::input::SsdInput;
 
 /// The inputs of the chunked SSD on a backend's primitives: an [`SsdInput`] as the backend
@@ -40,6 +40,9 @@ pub struct SsdPrimitives<B: Backend> {
     /// Whether the backend's fused kernels run (the override of the calling thread already
     /// applied).
     pub kernels: FusedKernels,
+    /// How the fused kernels compute the intra-chunk products (the override of the calling
+    /// thread already applied).
+    pub products: ScanProducts,
 }
 
 impl<B: Backend> Clone for SsdPrimitives<B> {
@@ -54,6 +57,7 @@ impl<B: Backend> Clone for SsdPrimitives<B> {
             starts: self.starts.clone(),
             chunk_size: self.chunk_size,
             kernels: self.kernels,
+            products: self.products,
         }
     }
 }
@@ -70,6 +74,7 @@ impl<B: Backend> From<SsdInput<B>> for SsdPrimitives<B> {
             starts: input.starts.map(primitive),
             chunk_size: input.chunk_size,
             kernels: input.kernels.in_effect(),
+            products: input.products.in_effect(),
         }
     }
 }
@@ -87,6 +92,7 @@ impl<B: Backend> From<SsdPrimitives<B>> for SsdInput<B> {
         .initial_state(inputs.initial_state.map(float))
         .document_starts(inputs.starts.map(float))
         .fused_kernels(inputs.kernels)
+        .scan_products(inputs.products)
     }
 }
 

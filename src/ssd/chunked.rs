@@ -384,6 +384,7 @@ pub fn ssd_chunked_tensor_ops<B: Backend>(input: SsdInput<B>) -> (Tensor<B, 4>, 
         initial_state,
         starts,
         kernels: _,
+        products: _,
     } = input;
     let [b, l, h, p] = x.dims();
     let [_, _, g, n] = b_mat.dims();

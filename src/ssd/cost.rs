@@ -23,12 +23,17 @@
 //! - the scan's tiled kernels: a cube of `UNITS × UNITS` threads per `BLOCK × BLOCK` tile of the output
 //!   (`4 × 4` elements each), their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
+//! - with the transient products ([`ScanProducts::Transient`]), the intra-chunk products are
+//!   products as the others, over the whole `q × q` matrices (the matmul does not skip the
+//!   zeros above the diagonal), on each head's matrices written and read once; the tiled
+//!   kernels keep their element-wise work.
 //!
 //! Dimension letters as in [`crate::ssd`].
 
 use serde::Serialize;
 
-use super::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, SPAN_WIDTH, TILE};
+use super::fused::ScanProducts;
+use super::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, PER, SPAN_WIDTH, TILE};
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
 /// a chunk, `pairs` tile pairs on and below the diagonal): each weight's segment sum from its
@@ -44,7 +49,8 @@ const PRODUCT_TILE: usize = 64;
 
 /// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g`, head dimension `p`,
 /// state dimension `n`, chunk length `q`, and whether it has an initial state, document
-/// starts, and the bytes of one element of its products' operands and transient buffers.
+/// starts, the bytes of one element of its products' operands and transient buffers, and how
+/// its intra-chunk products are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ScanShape {
     /// Batch.
@@ -68,6 +74,8 @@ pub struct ScanShape {
     /// Bytes per element of the products' operands and the layouts (the model's type: 2 in
     /// `f16` or `bf16`, 4 in `f32`); decays, states, sums and the products' outputs are `f32`.
     pub element_bytes: usize,
+    /// How the intra-chunk products are computed.
+    pub products: ScanProducts,
 }
 
 impl ScanShape {
@@ -85,7 +93,13 @@ impl ScanShape {
             initial_state: false,
             documents: false,
             element_bytes: 4,
+            products: ScanProducts::Tiled,
         }
+    }
+
+    /// Whether the intra-chunk products go through the matmul.
+    fn transient(&self) -> bool {
+        self.products == ScanProducts::Transient
     }
 
     /// The chunks, `c = ⌈l / q⌉`.
@@ -117,8 +131,9 @@ pub enum LaunchKind {
     Product,
     /// One of the scan's own kernels.
     Kernel,
-    /// One of the scan's own kernels that computes products tile by tile in shared memory, on
-    /// the cores that are not tensor cores: its chain is its contractions, as a product's.
+    /// One of the scan's own tiled kernels (a cube per tile of a chunk's `q × q` or `q × p`
+    /// matrices), on the cores that are not tensor cores: its chain is its loop over tiles and
+    /// its contractions, as a product's, and is not modelled.
     Tiled,
 }
 
@@ -443,6 +458,49 @@ impl Plan {
         let bytes = self.s.element_bytes;
         self.product_to(name, stack * b * c * g, q, r * p, n, bytes);
     }
+
+    /// The transient products' per-head matrix `M` `[b, c, h, q, q]` in the operand type
+    /// ([`ScanProducts::Transient`]): a cube per tile pair of each `(b, j, h)`, the weights of
+    /// the tiles on and below the diagonal (those above write zeros).
+    fn intra_weights(&mut self) {
+        let (b, h, g, q, l) = (self.s.b, self.s.h, self.s.g, self.s.q, self.s.l);
+        let c = self.s.c();
+        let rows = q.div_ceil(BLOCK);
+        let pairs = rows * (rows + 1) / 2;
+        let tile = BLOCK * BLOCK;
+        // the weights of weighted_tiles without the tile's multiply-adds
+        let flops = b * c * h * tile * (weighted_tiles(rows, pairs) - pairs * 2 * BLOCK);
+        let square = b * c * h * q * q;
+        self.launches.push(Launch {
+            name: "intra_weights",
+            pass: self.pass,
+            kind: LaunchKind::Tiled,
+            product_flops: 0.0,
+            other_flops: flops as f64,
+            bytes_read: self.f(b * c * g * q * q + b * h * c * q + b * l * h) as f64,
+            bytes_written: self.e(square) as f64,
+            cubes: b * c * h * rows * rows,
+            serial: 2 * BLOCK + PER * PER,
+            per_head_square: true,
+        });
+    }
+
+    /// A tensor `[b, l, h, p]` of the operand type in the chunk layout `[b, c, h, q, p]`.
+    fn chunk_rows(&mut self, name: &'static str) {
+        let (b, l, h, p, q) = (self.s.b, self.s.l, self.s.h, self.s.p, self.s.q);
+        let big = b * self.s.c() * h * q * p;
+        self.kernel(name, big, 0, self.e(b * l * h * p), self.e(big), 1, false);
+    }
+
+    /// A per-head product over the chunk, `[q, k] · [k, n]` per `(b, j, h)`, of the transient
+    /// products, written in `f32`; `square` where it writes `b·c·h·q²` elements.
+    fn head_product(&mut self, name: &'static str, n: usize, k: usize, square: bool) {
+        let (b, h, q) = (self.s.b, self.s.h, self.s.q);
+        self.product(name, b * self.s.c() * h, q, n, k);
+        if let Some(last) = self.launches.last_mut() {
+            last.per_head_square = square;
+        }
+    }
 }
 
 /// The launches of the fused scan's forward (`ssd/cubecl/forward.rs`), in order.
@@ -454,12 +512,29 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
     let c = s.c();
     plan.recompute();
     plan.head_parts("C·S_inᵀ", 1);
-    // the output, a cube per tile of (i, p) of each (b, j, h): the weights and the intra-chunk
-    // product of each tile of s up to the diagonal, then the entering state's part added
     let (rows, cols) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK));
     let cubes = b * c * h * rows * cols;
-    let pairs = rows * (rows + 1) / 2;
     let tile = BLOCK * BLOCK;
+    if s.transient() {
+        // M per head, x in the chunk layout, M·x through the matmul; then a cube per tile of
+        // (i, p) adds the entering state's part (an exp, a multiply-add)
+        plan.intra_weights();
+        plan.chunk_rows("chunk_rows x");
+        plan.head_product("M·x", p, q, false);
+        plan.tiled(
+            "chunk_scan",
+            LaunchKind::Tiled,
+            cubes,
+            cubes * tile * 3,
+            plan.e(b * c * h * q * p) + plan.f(b * c * h * q * p + b * h * c * q),
+            plan.e(b * l * h * p),
+            PER * PER,
+        );
+        return plan.launches;
+    }
+    // the output, a cube per tile of (i, p) of each (b, j, h): the weights and the intra-chunk
+    // product of each tile of s up to the diagonal, then the entering state's part added
+    let pairs = rows * (rows + 1) / 2;
     // per tile column of (b, j, h): the tile pairs on and below the diagonal (a weight: its
     // segment's terms within the tile, an exp, two products; then the multiply-adds), and the
     // entering state's part (an exp, a multiply-add)
@@ -517,49 +592,90 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
     let (rows, cols) = (q.div_ceil(BLOCK), p.div_ceil(BLOCK));
     let tile = BLOCK * BLOCK;
     let pairs = rows * (rows + 1) / 2;
-    // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
-    // the weights and Mᵀ·dy over the tiles of i from the diagonal on, then with the per-head
-    // parts the terms, summed over each tile's columns; the cubes of the first tile of s also
-    // sum ⟨G_out, S_in⟩ over their rows of p
     let cubes = b * c * h * rows * cols;
-    let columns = b * c * h * cols;
-    let flops =
-        columns * tile * weighted_tiles(rows, pairs) + cubes * tile * 12 + 2 * b * c * h * p * n;
-    plan.tiled(
-        "chunk_scan_grads",
-        LaunchKind::Tiled,
-        cubes,
-        flops,
-        plan.e(4 * b * l * h * p)
-            + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
-        plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
-        rows * 2 * BLOCK + (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
-    );
-    // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
-    // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
-    // over the tiles of p, the weights, the pairs' sums
-    // per head: dy·xᵀ over the tiles of p and the weights of every tile pair (below the
-    // diagonal also each row's terms of its tile up to i, one sum per row as for the columns),
-    // the pairs' sums (a loop over the tile per element on the diagonal, sums of rows and
-    // columns below)
-    let flops = b
-        * c
-        * g
-        * r
-        * tile
-        * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
-            + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
-            + rows * 2 * BLOCK
-            + (pairs - rows) * 4);
-    plan.tiled(
-        "score_grads",
-        LaunchKind::Tiled,
-        b * c * g * rows * rows,
-        flops,
-        plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
-        plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * SPAN_WIDTH),
-        r * (cols * BLOCK + 3 * BLOCK),
-    );
+    if s.transient() {
+        // M without dt per head, dy and x in the chunk layout, Mᵀ·dy and dy·xᵀ through the
+        // matmul
+        plan.intra_weights();
+        plan.chunk_rows("chunk_rows dy");
+        plan.chunk_rows("chunk_rows x");
+        plan.head_product("Mᵀ·dy", p, q, false);
+        plan.head_product("dy·xᵀ", q, p, true);
+        // dx and the terms as in the other variant, Mᵀ·dy read
+        plan.tiled(
+            "chunk_scan_grads",
+            LaunchKind::Tiled,
+            cubes,
+            cubes * tile * 12 + 2 * b * c * h * p * n,
+            plan.e(4 * b * l * h * p)
+                + plan.f(b * l * h + b * c * h * q * p + 3 * b * h * big_l + 2 * b * c * h * p * n),
+            plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
+            (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
+        );
+        // the scores' gradient and the pairs' sums as in the other variant, dy·xᵀ read
+        let flops = b
+            * c
+            * g
+            * r
+            * tile
+            * (weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
+                + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
+                + rows * 2 * BLOCK
+                + (pairs - rows) * 4);
+        plan.tiled(
+            "score_grads",
+            LaunchKind::Tiled,
+            b * c * g * rows * rows,
+            flops,
+            plan.f(b * c * h * q * q + b * l * h + b * c * g * q * q + b * h * big_l),
+            plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * SPAN_WIDTH),
+            r * 3 * BLOCK,
+        );
+    } else {
+        // dx and the log-decays' terms per position, a cube per tile of (s, p) of each (b, j, h):
+        // the weights and Mᵀ·dy over the tiles of i from the diagonal on, then with the per-head
+        // parts the terms, summed over each tile's columns; the cubes of the first tile of s also
+        // sum ⟨G_out, S_in⟩ over their rows of p
+        let columns = b * c * h * cols;
+        let flops = columns * tile * weighted_tiles(rows, pairs)
+            + cubes * tile * 12
+            + 2 * b * c * h * p * n;
+        plan.tiled(
+            "chunk_scan_grads",
+            LaunchKind::Tiled,
+            cubes,
+            flops,
+            plan.e(4 * b * l * h * p)
+                + plan.f(b * l * h + b * c * g * q * q + 3 * b * h * big_l + 2 * b * c * h * p * n),
+            plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
+            rows * 2 * BLOCK + (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
+        );
+        // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
+        // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
+        // over the tiles of p, the weights, the pairs' sums
+        // per head: dy·xᵀ over the tiles of p and the weights of every tile pair (below the
+        // diagonal also each row's terms of its tile up to i, one sum per row as for the columns),
+        // the pairs' sums (a loop over the tile per element on the diagonal, sums of rows and
+        // columns below)
+        let flops = b
+            * c
+            * g
+            * r
+            * tile
+            * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
+                + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
+                + rows * 2 * BLOCK
+                + (pairs - rows) * 4);
+        plan.tiled(
+            "score_grads",
+            LaunchKind::Tiled,
+            b * c * g * rows * rows,
+            flops,
+            plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
+            plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * SPAN_WIDTH),
+            r * (cols * BLOCK + 3 * BLOCK),
+        );
+    }
     plan.product(
         "dB, dC: [x·dt·to_end; dy·exp(cs)]·[G_out; S_in]",
         2 * b * c * g,

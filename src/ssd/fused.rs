@@ -1,9 +1,12 @@
 //! Which path the chunked SSD and the projections take: a backend's fused kernels or the tensor
 //! operations ([`FusedKernels`], chosen per model in [`Mamba2Config`](crate::Mamba2Config) or
 //! per call in [`SsdInput`](super::SsdInput)), and the scoped override that tests use to force
-//! one path on models built elsewhere ([`override_fused_kernels`]).
+//! one path on models built elsewhere ([`override_fused_kernels`]); on the GPU backends, how
+//! the fused kernels compute the intra-chunk products ([`ScanProducts`], per call or by
+//! [`override_scan_products`]).
 
 use std::cell::Cell;
+use std::thread::LocalKey;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,8 +50,36 @@ impl FusedKernels {
     }
 }
 
+/// How the fused kernels of the CubeCL backends (Cuda, Wgpu, ...) compute the decay-weighted
+/// intra-chunk products of the scan, each head's `M = (C·Bᵀ) ⊙ L ⊙ dt` times `x` and, in the
+/// gradient, `Mᵀ · dy` and `dy · xᵀ`. Every variant computes the same values (to rounding); they
+/// differ in speed, per device, and in memory. Other backends ignore it. Until a GPU has
+/// measured the variants against each other (`scripts/cuda-check.sh`), the default is the one
+/// that keeps no `q × q` matrix in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScanProducts {
+    /// Tile by tile inside the scan's kernels, the decay applied in shared memory: no per-head
+    /// `q × q` matrix reaches memory.
+    #[default]
+    Tiled,
+    /// Each head's `q × q` matrices (`M`; in the gradient `M` without `dt` and `dy · xᵀ`)
+    /// written to memory in the operand type, used and dropped within the call, and the
+    /// products through the backend's matmul (tensor cores where the device has them):
+    /// `b·c·h·q²` elements at a time, about 200 MB of `bf16` for a 130m layer at batch 8 ×
+    /// 2,048 and chunk 256.
+    Transient,
+}
+
+impl ScanProducts {
+    /// This variant, or the calling thread's [`override_scan_products`] while one is held.
+    pub(crate) fn in_effect(self) -> Self {
+        PRODUCTS.with(Cell::get).unwrap_or(self)
+    }
+}
+
 thread_local! {
     static OVERRIDE: Cell<Option<FusedKernels>> = const { Cell::new(None) };
+    static PRODUCTS: Cell<Option<ScanProducts>> = const { Cell::new(None) };
 }
 
 /// Forces `mode` on every SSD and projection that the calling thread starts until the guard is
@@ -58,22 +89,45 @@ thread_local! {
 /// own mode.
 #[must_use = "the override ends when the guard is dropped"]
 pub fn override_fused_kernels(mode: FusedKernels) -> FusedKernelsOverride {
-    FusedKernelsOverride {
-        previous: OVERRIDE.with(|o| o.replace(Some(mode))),
-    }
+    Override::new(&OVERRIDE, mode)
 }
 
-/// The guard of [`override_fused_kernels`]: the override holds while it lives.
+/// Forces `products` on every SSD that the calling thread starts until the guard is dropped,
+/// whatever the inputs' own choice (for benchmarks and tests of a model built elsewhere). Guards
+/// nest as those of [`override_fused_kernels`] do.
+#[must_use = "the override ends when the guard is dropped"]
+pub fn override_scan_products(products: ScanProducts) -> ScanProductsOverride {
+    Override::new(&PRODUCTS, products)
+}
+
+/// The guard of a thread's override of a setting: the override holds while it lives, and its
+/// drop restores what the thread had before.
 #[derive(Debug)]
-pub struct FusedKernelsOverride {
-    previous: Option<FusedKernels>,
+pub struct Override<T: Copy + 'static> {
+    slot: &'static LocalKey<Cell<Option<T>>>,
+    previous: Option<T>,
 }
 
-impl Drop for FusedKernelsOverride {
-    fn drop(&mut self) {
-        OVERRIDE.with(|o| o.set(self.previous));
+impl<T: Copy + 'static> Override<T> {
+    fn new(slot: &'static LocalKey<Cell<Option<T>>>, value: T) -> Self {
+        Self {
+            slot,
+            previous: slot.with(|o| o.replace(Some(value))),
+        }
     }
 }
+
+impl<T: Copy + 'static> Drop for Override<T> {
+    fn drop(&mut self) {
+        self.slot.with(|o| o.set(self.previous));
+    }
+}
+
+/// The guard of [`override_fused_kernels`].
+pub type FusedKernelsOverride = Override<FusedKernels>;
+
+/// The guard of [`override_scan_products`].
+pub type ScanProductsOverride = Override<ScanProducts>;
 
 #[cfg(test)]
 mod tests {
@@ -97,6 +151,13 @@ mod tests {
         });
         other.join().unwrap();
         assert_eq!(FusedKernels::Always.in_effect(), FusedKernels::Always);
+        {
+            let _products = override_scan_products(ScanProducts::Transient);
+            assert_eq!(ScanProducts::Tiled.in_effect(), ScanProducts::Transient);
+            // the settings' overrides are independent
+            assert_eq!(FusedKernels::Always.in_effect(), FusedKernels::Always);
+        }
+        assert_eq!(ScanProducts::Tiled.in_effect(), ScanProducts::Tiled);
     }
 
     #[test]

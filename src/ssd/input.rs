@@ -2,12 +2,12 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use super::fused::FusedKernels;
+use super::fused::{FusedKernels, ScanProducts};
 
 /// The inputs of one SSD scan over `l` tokens, for [`ssd_chunked`](super::ssd_chunked) and
 /// [`ssd_sequential`](super::ssd_sequential); built with [`SsdInput::new`] and, where wanted,
 /// [`initial_state`](SsdInput::initial_state), [`document_starts`](SsdInput::document_starts)
-/// and [`fused_kernels`](SsdInput::fused_kernels).
+/// [`fused_kernels`](SsdInput::fused_kernels) and [`scan_products`](SsdInput::scan_products).
 ///
 /// # Shapes
 /// - x: `[b, l, h, p]`, dt: `[b, l, h]` (after softplus and clamp), a: `[h]` (negative)
@@ -36,6 +36,9 @@ pub struct SsdInput<B: Backend> {
     /// Where the chunked form runs the backend's fused kernels (default
     /// [`FusedKernels::Measured`]; the sequential form ignores it).
     pub kernels: FusedKernels,
+    /// How the fused kernels of the CubeCL backends compute the intra-chunk products (default
+    /// [`ScanProducts::Tiled`]; other paths ignore it).
+    pub products: ScanProducts,
 }
 
 impl<B: Backend> SsdInput<B> {
@@ -61,6 +64,7 @@ impl<B: Backend> SsdInput<B> {
             initial_state: None,
             starts: None,
             kernels: FusedKernels::default(),
+            products: ScanProducts::default(),
         }
     }
 
@@ -90,5 +94,12 @@ impl<B: Backend> SsdInput<B> {
             kernels: mode,
             ..self
         }
+    }
+
+    /// Computes the fused kernels' intra-chunk products as `products` says, on the backends
+    /// whose kernels take the choice (the CubeCL ones; the calling thread's
+    /// [`override_scan_products`](super::override_scan_products) takes precedence).
+    pub fn scan_products(self, products: ScanProducts) -> Self {
+        Self { products, ..self }
     }
 }

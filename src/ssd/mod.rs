@@ -68,7 +68,10 @@ use burn::tensor::Tensor;
 
 pub use backend::{SsdAutodiffBackend, SsdBackend, SsdGrads, SsdPrimitives};
 pub use chunked::ssd_chunked_tensor_ops;
-pub use fused::{override_fused_kernels, FusedKernels, FusedKernelsOverride};
+pub use fused::{
+    override_fused_kernels, override_scan_products, FusedKernels, FusedKernelsOverride, Override,
+    ScanProducts, ScanProductsOverride,
+};
 pub use input::SsdInput;
 pub use projection::{projection, ProjectionBackend, ProjectionGrads};
 pub use recurrence::{ssd_sequential, ssd_step};

@@ -1,12 +1,12 @@
 //! The fused scans against the tensor-op form on the same backend: outputs, final states and
-//! every gradient, for each backend's own tests (`cpu`, `cubecl`).
+//! every gradient, for each backend's own tests (`ndarray`, `cubecl`).
 
 use burn::tensor::{Tensor, TensorData};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
 use crate::ssd::chunked::tests::{assert_within, uniform};
-use crate::ssd::fused::FusedKernels;
+use crate::ssd::fused::{FusedKernels, ScanProducts};
 use crate::ssd::{ssd_chunked, ssd_chunked_tensor_ops, SsdInput};
 
 /// One random configuration.
@@ -142,9 +142,13 @@ pub(crate) const F32_PRODUCTS: Tolerance = Tolerance {
 };
 
 /// For every case: y, the final state and the gradients of x, dt, A, B, C and the initial
-/// state of a random linear function of both, fused and as tensor operations, within `tol`;
-/// prints the worst errors.
-pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device, tol: Tolerance) {
+/// state of a random linear function of both, fused (its intra-chunk products as `products`
+/// says) and as tensor operations, within `tol`; prints the worst errors.
+pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(
+    device: &B::Device,
+    products: ScanProducts,
+    tol: Tolerance,
+) {
     let mut rng = StdRng::seed_from_u64(41);
     let mut worst = (0.0f64, 0.0f64);
     for (k, case) in CASES.iter().enumerate() {
@@ -208,7 +212,11 @@ pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device
             // the fused kernels wherever the backend has them, also where the default
             // (`Measured`) runs the tensor operations
             let (y, state) = if fused {
-                ssd_chunked(input.fused_kernels(FusedKernels::Always))
+                ssd_chunked(
+                    input
+                        .fused_kernels(FusedKernels::Always)
+                        .scan_products(products),
+                )
             } else {
                 ssd_chunked_tensor_ops(input)
             };
@@ -249,7 +257,8 @@ pub(crate) fn fused_matches_tensor_ops<B: SsdAutodiffBackend>(device: &B::Device
         worst = (worst.0.max(forward), worst.1.max(grad));
     }
     eprintln!(
-        "fused vs tensor operations: worst relative error {:.2e} (outputs, states), {:.2e} (gradients)",
+        "fused ({products:?} products) vs tensor operations: worst relative error {:.2e} (outputs, \
+         states), {:.2e} (gradients)",
         worst.0, worst.1
     );
 }

@@ -23,6 +23,9 @@
 //! - the log-decays' gradient from the pairs that span each step ([`super::kernels::decay_scans`]),
 //!   and from it those of `dt` and of `A` (per chunk).
 //!
+//! With the transient products, `Mᵀ · dy` and `dy · xᵀ` per head come from the matmul on
+//! matrices written for the call ([`super::transient`]), and the two tiled kernels read them.
+//!
 //! Types as in the forward: the products' operands (the layouts, the states and adjoint states
 //! as operands, the scores' gradient) in the model's type, every sum in `f32`; the
 //! gradients of `x`, `B` and `C` in the model's type, the others in `f32`.
@@ -33,8 +36,9 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::forward::{part, rank5, rank6, recompute, Dims};
 use super::inputs::Inputs;
-use super::launch::{empty, empty_as, f32_type, launch, types};
+use super::launch::{empty, empty_as, f32_type, launch, types, unused};
 use super::product::product;
+use crate::ssd::fused::ScanProducts;
 use crate::ssd::geometry::{BLOCK, SPAN_WIDTH};
 use crate::ssd::primitive::{float, primitive};
 
@@ -94,6 +98,14 @@ where
     );
     let (leaving, entering) = (primitive(part(&parts, 0)), primitive(part(&parts, 1)));
 
+    // the intra-chunk products in the kernels, or read from the matmul's
+    let transient = f.products == ScanProducts::Transient;
+    let (intra, dyx) = if transient {
+        super::transient::gradient::<R, F, I, BT>(&x, &dt, &dy, &s, d)
+    } else {
+        (unused(&x), unused(&x))
+    };
+
     // x, and the log-decays' terms at each position
     let grad_x = empty_as(&x, [b, l, h, p], d.e);
     let terms = empty(&x, [3, b, h, c * q, p.div_ceil(BLOCK)]);
@@ -102,8 +114,9 @@ where
     let cb = &s.cb;
     launch!(
         chunk_scan_grads, blocks b * c * h * q.div_ceil(BLOCK) * p.div_ceil(BLOCK);
-        x, dt, dy, cb, da, cs, to_end, entering, leaving, states, adjoints, grad_x, terms, outside;
-        d.sizes(), types(d.e),
+        x, dt, dy, cb, da, cs, to_end, entering, leaving, states, adjoints, intra, grad_x, terms,
+        outside;
+        d.sizes(), transient, types(d.e),
     );
 
     // the scores' gradient (an operand), and the pairs within each chunk
@@ -112,8 +125,8 @@ where
     let spans = empty(&x, [b, c, h, rows * (rows + 1) / 2, SPAN_WIDTH]);
     launch!(
         score_grads, blocks b * c * g * rows * rows;
-        x, dt, dy, cb, da, grad_cb, spans;
-        d.sizes(), types(d.e),
+        x, dt, dy, cb, da, dyx, grad_cb, spans;
+        d.sizes(), transient, types(d.e),
     );
 
     // B and C

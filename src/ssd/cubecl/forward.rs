@@ -14,7 +14,9 @@
 //! 6. the entering states' part of the output, `C·S_inᵀ` per group (a product);
 //! 7. `y = M·x + exp(cs) · C·S_inᵀ` in the input's layout, `M = (C·Bᵀ) ⊙ L ⊙ dt` each head's
 //!    intra-chunk matrix with `L` the decay matrix, computed tile by tile in shared memory and
-//!    never stored ([`kernels::chunk_scan`], one launch).
+//!    never stored ([`kernels::chunk_scan`], one launch); with the transient products, `M`
+//!    written per head and `M·x` through the matmul, which the same launch reads
+//!    ([`super::transient`]).
 //!
 //! Types: the products' operands (the layouts of `x`, `B`, `C` and `dy`, `M`, the states as an
 //! operand) are in the model's type, `f16` or `bf16` where it is half precision, `f32`
@@ -31,6 +33,7 @@ use super::inputs::Inputs;
 use super::kernels;
 use super::launch::{empty, empty_as, launch, types, unused};
 use super::product::product;
+use crate::ssd::fused::ScanProducts;
 use crate::ssd::geometry::BLOCK;
 use crate::ssd::primitive::{float, primitive};
 
@@ -295,14 +298,20 @@ where
     let (x, dt) = (primitive(f.x.clone()), primitive(f.dt.clone()));
     // step 6
     let entering = entering_part::<R, F, I, BT>(&s, d);
-    // step 7
+    // step 7 (the intra-chunk products in the kernel, or read from the matmul's)
+    let transient = f.products == ScanProducts::Transient;
+    let intra = if transient {
+        super::transient::output::<R, F, I, BT>(&x, &dt, &s, d)
+    } else {
+        unused(&x)
+    };
     let y = empty_as(&x, [d.b, d.l, d.h, d.p], d.e);
     let (cb, da, cs) = (&s.cb, &s.decays.da, &s.decays.cs);
     let blocks = d.b * d.c * d.h * d.q.div_ceil(BLOCK) * d.p.div_ceil(BLOCK);
     launch!(
         chunk_scan, blocks blocks;
-        x, dt, cb, entering, da, cs, y;
-        d.sizes(), types(d.e),
+        x, dt, cb, entering, da, cs, intra, y;
+        d.sizes(), transient, types(d.e),
     );
     (y, s.last)
 }

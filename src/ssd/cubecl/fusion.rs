@@ -12,10 +12,10 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use crate::precision::compute_dtype;
 use crate::ssd::backend::{tensor_ops, SsdBackend, SsdGrads, SsdPrimitives};
-use crate::ssd::fused::FusedKernels;
+use crate::ssd::fused::{FusedKernels, ScanProducts};
 use crate::ssd::projection::ProjectionBackend;
 
-/// Which optional inputs an operation has, the chunk length and the path: the inputs of the
+/// Which optional inputs an operation has, the chunk length, the path and the products: the inputs of the
 /// custom operation are x, dt, a, B, C, then the initial state and the starts when present.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
@@ -23,6 +23,7 @@ struct Layout {
     has_starts: bool,
     chunk_size: usize,
     kernels: FusedKernels,
+    products: ScanProducts,
 }
 
 impl Layout {
@@ -32,6 +33,7 @@ impl Layout {
             has_starts: inputs.starts.is_some(),
             chunk_size: inputs.chunk_size,
             kernels: inputs.kernels,
+            products: inputs.products,
         }
     }
 
@@ -61,6 +63,7 @@ impl Layout {
             starts,
             chunk_size: self.chunk_size,
             kernels: self.kernels,
+            products: self.products,
         }
     }
 

@@ -8,6 +8,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use crate::precision::cast_to;
 use crate::ssd::backend::SsdPrimitives;
+use crate::ssd::fused::ScanProducts;
 use crate::ssd::primitive::{float, primitive};
 
 /// The input types, which the gradients take.
@@ -46,6 +47,8 @@ pub(super) struct Inputs<B: burn::tensor::backend::Backend> {
     pub(super) chunk_size: usize,
     /// The products' operand type: `x`'s where it is `f16` or `bf16`, `f32` otherwise.
     pub(super) operand: DType,
+    /// How the intra-chunk products are computed.
+    pub(super) products: ScanProducts,
 }
 
 impl<R, F, I, BT> Inputs<CubeBackend<R, F, I, BT>>
@@ -69,6 +72,7 @@ where
             starts: inputs.starts.map(|t| contiguous_as(float(t), DType::F32)),
             chunk_size: inputs.chunk_size,
             operand,
+            products: inputs.products,
         }
     }
 }

@@ -8,6 +8,9 @@
 //! state passing, and the intra-chunk products, tiled kernels that apply the decay inside
 //! their tiles so that no per-head `q × q` matrix reaches memory. The gradient recomputes what
 //! it needs of the forward from the inputs: nothing of the forward is kept but its inputs.
+//! With [`ScanProducts::Transient`](crate::ssd::ScanProducts::Transient) the intra-chunk
+//! products go through the matmul instead, on each head's matrices written for the call
+//! ([`transient`]).
 
 mod backward;
 mod forward;
@@ -18,6 +21,7 @@ mod launch;
 mod product;
 #[cfg(all(test, feature = "ndarray", any(feature = "wgpu", feature = "cuda")))]
 mod tests;
+mod transient;
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, TensorMetadata};

@@ -4,6 +4,7 @@
 
 use burn::backend::Autodiff;
 
+use crate::ssd::fused::ScanProducts;
 #[cfg(feature = "cuda")]
 use crate::ssd::tests::Tolerance;
 use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
@@ -62,7 +63,24 @@ fn long_chunks_take_the_tensor_operations() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_wgpu() {
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(&Default::default(), F32_PRODUCTS);
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
+        &Default::default(),
+        ScanProducts::Tiled,
+        F32_PRODUCTS,
+    );
+}
+
+/// The transient products (each head's matrices through the matmul) on Wgpu: the same cases,
+/// the same tolerance.
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
+fn transient_products_match_tensor_ops_on_wgpu() {
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
+        &Default::default(),
+        ScanProducts::Transient,
+        F32_PRODUCTS,
+    );
 }
 
 #[cfg(feature = "wgpu")]
@@ -70,14 +88,24 @@ fn fused_matches_tensor_ops_on_wgpu() {
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
-    fused_matches_tensor_ops::<Autodiff<Cube>>(&Default::default(), F32_PRODUCTS);
+    fused_matches_tensor_ops::<Autodiff<Cube>>(
+        &Default::default(),
+        ScanProducts::Tiled,
+        F32_PRODUCTS,
+    );
 }
 
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cuda() {
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(&Default::default(), TF32_PRODUCTS);
+    for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+        fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(
+            &Default::default(),
+            products,
+            TF32_PRODUCTS,
+        );
+    }
 }
 
 /// A scan whose scores `C·Bᵀ` and their gradient (`[b, c, g, q, q]`, one group per head

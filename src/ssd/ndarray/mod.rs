@@ -155,6 +155,7 @@ fn cast_inputs<B: Backend>(inputs: SsdPrimitives<B>, dtype: DType) -> SsdPrimiti
         starts: inputs.starts.map(|t| typed::<B>(t, dtype)),
         chunk_size: inputs.chunk_size,
         kernels: inputs.kernels,
+        products: inputs.products,
     }
 }
 
@@ -449,7 +450,9 @@ mod tests {
 
     #[test]
     fn fused_matches_tensor_ops_on_ndarray() {
-        fused_matches_tensor_ops::<Autodiff<NdArray>>(&Default::default(), F32_PRODUCTS);
+        // NdArray's fused scan has no intra-chunk variants: it ignores the choice
+        let products = crate::ssd::fused::ScanProducts::Tiled;
+        fused_matches_tensor_ops::<Autodiff<NdArray>>(&Default::default(), products, F32_PRODUCTS);
     }
 
     /// Every chunk length runs fused in both float types; autodiff wraps the inner backend's.

@@ -25,7 +25,8 @@ use crate::ssd::geometry::{BLOCK, PER, UNITS};
 /// `s` and columns `p` of a `(b, j, h)`, as in [`chunk_scan`]: over the tiles of `i` from the
 /// diagonal to the chunk's end, the segment sums as there
 /// (each weight's own terms within its tile plus, carried per row, the terms of the tiles
-/// before it).
+/// before it). With `transient`, `Mᵀ · dy` is read from `intra`, the per-head product through
+/// the matmul.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
@@ -40,10 +41,12 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
     leaving: &Tensor<E>,     // [b, c, g, q, r·p]: B·G[j+1]ᵀ per group
     states: &Tensor<F>,      // [b, c+1, h, p, n]: slot j enters chunk j
     adjoints: &Tensor<F>,    // [b, c+1, h, p, n]: slot j+1 leaves chunk j
+    intra: &Tensor<F>,       // [b, c, h, q, p]: Mᵀ·dy (read when transient)
     grad_x: &mut Tensor<E>,  // [b, l, h, p]
     terms: &mut Tensor<F>,   // [3, b, h, c·q, ⌈p/BLOCK⌉]
     outside: &mut Tensor<F>, // [b, c, h, ⌈p/BLOCK⌉]
     sizes: Sizes,
+    #[comptime] transient: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -112,70 +115,88 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
         sync_cube();
     }
 
-    // Mᵀ · dy, over the tiles of i from the diagonal on
-    let scores = ((b * chunks + j) * groups + g) * q * q;
-    // per row s, Σ dA[k] for k from s + 1 to just before the current tile
-    let mut carry = Array::<F>::new(PER);
-    #[unroll]
-    for u in 0..PER {
-        carry[u] = F::new(0.0);
-    }
-    for it in st..row_tiles {
-        let i0 = it * BLOCK;
-        load_steps::<F>(
-            da,
-            &mut steps,
-            &mut sums,
-            row + i0,
-            i0,
-            q,
-            unit,
-            it > st,
-            false,
-        );
-        let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
-        let stride = heads * dim_p;
-        load_quads::<F, E>(
-            grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, true,
-        );
-        sync_cube();
-        // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
-        // within the tile (`inner`), then the row's carry; `whole`, per row, the tile's terms
-        // after s
-        let mut inner = zero_scalars::<F>();
-        let mut whole = Array::<F>::new(PER);
-        segment_sums::<F>(
-            &steps,
-            &sums,
-            &mut inner,
-            &mut whole,
-            i0,
-            s0 + ty * PER,
-            i0 + tx * PER,
-            it > st,
-            false,
-        );
-        let mut weights = zeros::<F>();
+    if transient {
+        // Mᵀ · dy from the product
+        let first = ((b * chunks + j) * heads + h) * q;
         #[unroll]
         for u in 0..PER {
             let s = s0 + ty * PER + u;
-            let mut row_weights = Quad::<F>::new(F::new(0.0));
+            let mut row_values = Quad::<F>::new(F::new(0.0));
             #[unroll]
             for v in 0..PER {
-                let i = i0 + tx * PER + v;
-                let mut weight = F::new(0.0);
-                if s <= i && i < q {
-                    weight = cb[scores + i * q + s] * (carry[u] + inner[u * PER + v]).exp();
+                let pp = p0 + tx * PER + v;
+                if s < q && pp < dim_p {
+                    row_values[v] = intra[(first + s) * dim_p + pp];
                 }
-                row_weights[v] = weight;
             }
-            weights[u] = row_weights;
-            carry[u] += whole[u];
+            diag[u] = row_values;
         }
-        store_lhs::<F>(&mut lhs, &weights, ty, tx);
-        sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
-        sync_cube();
+    } else {
+        // Mᵀ · dy, over the tiles of i from the diagonal on
+        let scores = ((b * chunks + j) * groups + g) * q * q;
+        // per row s, Σ dA[k] for k from s + 1 to just before the current tile
+        let mut carry = Array::<F>::new(PER);
+        #[unroll]
+        for u in 0..PER {
+            carry[u] = F::new(0.0);
+        }
+        for it in st..row_tiles {
+            let i0 = it * BLOCK;
+            load_steps::<F>(
+                da,
+                &mut steps,
+                &mut sums,
+                row + i0,
+                i0,
+                q,
+                unit,
+                it > st,
+                false,
+            );
+            let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
+            let stride = heads * dim_p;
+            load_quads::<F, E>(
+                grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, true,
+            );
+            sync_cube();
+            // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
+            // within the tile (`inner`), then the row's carry; `whole`, per row, the tile's terms
+            // after s
+            let mut inner = zero_scalars::<F>();
+            let mut whole = Array::<F>::new(PER);
+            segment_sums::<F>(
+                &steps,
+                &sums,
+                &mut inner,
+                &mut whole,
+                i0,
+                s0 + ty * PER,
+                i0 + tx * PER,
+                it > st,
+                false,
+            );
+            let mut weights = zeros::<F>();
+            #[unroll]
+            for u in 0..PER {
+                let s = s0 + ty * PER + u;
+                let mut row_weights = Quad::<F>::new(F::new(0.0));
+                #[unroll]
+                for v in 0..PER {
+                    let i = i0 + tx * PER + v;
+                    let mut weight = F::new(0.0);
+                    if s <= i && i < q {
+                        weight = cb[scores + i * q + s] * (carry[u] + inner[u * PER + v]).exp();
+                    }
+                    row_weights[v] = weight;
+                }
+                weights[u] = row_weights;
+                carry[u] += whole[u];
+            }
+            store_lhs::<F>(&mut lhs, &weights, ty, tx);
+            sync_cube();
+            tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
+            sync_cube();
+        }
     }
 
     // dx, and the terms of the log-decays' gradient summed over the thread's columns; the

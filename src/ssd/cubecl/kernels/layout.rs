@@ -47,3 +47,32 @@ pub(crate) fn unchunk<F: Float, E: Float>(
         grad_a[id] = sum;
     }
 }
+
+/// A tensor of the input's layout `[b, l, h, p]` in the chunk layout of the transient products,
+/// `[b, c, h, q, p]`, zero past the sequence's end. One thread per element of the chunk layout.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub(crate) fn chunk_rows<E: Float>(
+    src: &Tensor<E>,     // [b, l, h, p]
+    dst: &mut Tensor<E>, // [b, c, h, q, p]
+    sizes: Sizes,
+    #[define(E)] _dtype: StorageType,
+) {
+    let heads = sizes.heads;
+    let dim_p = sizes.dim_p;
+    let chunks = sizes.chunks;
+    let q = sizes.q;
+    let id = ABSOLUTE_POS;
+    if id < sizes.batch * chunks * heads * q * dim_p {
+        let pp = id % dim_p;
+        let i = (id / dim_p) % q;
+        let h = (id / (dim_p * q)) % heads;
+        let j = (id / (dim_p * q * heads)) % chunks;
+        let b = id / (dim_p * q * heads * chunks);
+        let t = j * q + i;
+        let mut value = E::new(0.0);
+        if t < sizes.len {
+            value = src[((b * sizes.len + t) * heads + h) * dim_p + pp];
+        }
+        dst[id] = value;
+    }
+}

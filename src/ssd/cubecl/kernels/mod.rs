@@ -20,8 +20,11 @@
 //! the tiled kernels share: operand tiles, their product, loaders, segment sums), `scan` (the
 //! output, [`chunk_scan`]), `grads` (its gradient, [`chunk_scan_grads`]), `scores` (the scores'
 //! and log-decays' gradients, [`score_grads`], [`decay_scans`]) and `layout` (the gradients
-//! back in the inputs' layout, [`unchunk`]); `sizes` holds what every kernel takes. The cube
-//! and tile sides are in `ssd/geometry.rs`, shared with the cost model.
+//! back in the inputs' layout, [`unchunk`]; the chunk layout of `x` and `dy`, [`chunk_rows`]);
+//! `weights` (each head's intra-chunk matrix, [`intra_weights`]) serves the transient products
+//! alone (`ScanProducts::Transient`, where the matmul multiplies it and the tiled kernels read
+//! the products); `sizes` holds what every kernel takes. The cube and tile sides are in
+//! `ssd/geometry.rs`, shared with the cost model.
 
 // CubeCL's kernel macro expands arithmetic operators, not `usize::div_ceil` or
 // `is_multiple_of`: the kernels spell them out
@@ -35,11 +38,13 @@ mod scan;
 mod scores;
 mod sizes;
 mod tiles;
+mod weights;
 
 pub(super) use grads::chunk_scan_grads;
-pub(super) use layout::unchunk;
+pub(super) use layout::{chunk_rows, unchunk};
 pub(super) use passing::{pass_adjoints, pass_states};
 pub(super) use prep::chunk_prep;
 pub(super) use scan::chunk_scan;
 pub(super) use scores::{decay_scans, score_grads};
 pub(super) use sizes::SizesLaunch;
+pub(super) use weights::intra_weights;

@@ -18,7 +18,8 @@ use crate::ssd::geometry::{BLOCK, PER, UNITS};
 /// over the tiles of `s` from the diagonal back to the chunk's start. Each tile's weights
 /// `(C_i · B_s) · exp(…) · dt_s` are computed once in shared memory; the segment sum of a weight
 /// is its own terms within the tile plus, carried per row, the sum of the terms of the tiles
-/// after it (sums of terms, never a difference of prefix sums).
+/// after it (sums of terms, never a difference of prefix sums). With `transient`, the
+/// intra-chunk part is read from `intra`, the per-head product `M·x` through the matmul.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_scan<F: Float, E: Float>(
@@ -28,8 +29,10 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
     entering: &Tensor<E>, // [b, c, g, q, r·p]: C·S[j]ᵀ per group
     da: &Tensor<F>,       // [b, h, c·q]
     cs: &Tensor<F>,       // [b, h, c·q]
+    intra: &Tensor<F>,    // [b, c, h, q, p]: M·x (read when transient)
     y: &mut Tensor<E>,    // [b, l, h, p]
     sizes: Sizes,
+    #[comptime] transient: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -67,80 +70,98 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
     // the positions of the chunk inside the sequence
     let valid = chunk_len(j, q, len);
 
-    // the intra-chunk part, over the tiles of s from the diagonal back
-    let scores = ((b * chunks + j) * groups + g) * q * q;
-    // per row, Σ dA[k] for k from just after the current tile to the row
-    let mut carry = Array::<F>::new(PER);
-    #[unroll]
-    for u in 0..PER {
-        carry[u] = F::new(0.0);
-    }
-    for back in 0..it + 1 {
-        let s0 = (it - back) * BLOCK;
-        load_steps::<F>(
-            da,
-            &mut steps,
-            &mut sums,
-            row + s0,
-            s0,
-            q,
-            unit,
-            back > 0,
-            true,
-        );
-        let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-        load_quads::<F, E>(
-            x,
-            &mut rhs,
-            first_x,
-            heads * dim_p,
-            s0,
-            valid,
-            p0,
-            dim_p,
-            unit,
-            true,
-        );
-        sync_cube();
-        // the weights of the thread's rows i and columns s: each segment's terms within the
-        // tile (`inner`), then the row's carry; `whole`, per row, the tile's terms up to i
-        let mut inner = zero_scalars::<F>();
-        let mut whole = Array::<F>::new(PER);
-        segment_sums::<F>(
-            &steps,
-            &sums,
-            &mut inner,
-            &mut whole,
-            s0,
-            i0 + ty * PER,
-            s0 + tx * PER,
-            back > 0,
-            true,
-        );
-        let mut weights = zeros::<F>();
+    if transient {
+        // the intra-chunk part from the product
+        let first = ((b * chunks + j) * heads + h) * q;
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty * PER + u;
-            let mut row_weights = Quad::<F>::new(F::new(0.0));
+            let mut row_values = Quad::<F>::new(F::new(0.0));
             #[unroll]
             for v in 0..PER {
-                let s = s0 + tx * PER + v;
-                let t_s = j * q + s;
-                let mut weight = F::new(0.0);
-                if s <= i && i < q && t_s < len {
-                    weight = cb[scores + i * q + s]
-                        * (inner[u * PER + v] + carry[u]).exp()
-                        * dt[(b * len + t_s) * heads + h];
+                let pp = p0 + tx * PER + v;
+                if i < q && pp < dim_p {
+                    row_values[v] = intra[(first + i) * dim_p + pp];
                 }
-                row_weights[v] = weight;
             }
-            weights[u] = row_weights;
-            carry[u] += whole[u];
+            diag[u] = row_values;
         }
-        store_lhs::<F>(&mut lhs, &weights, ty, tx);
-        sync_cube();
-        tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
-        sync_cube();
+    } else {
+        // the intra-chunk part, over the tiles of s from the diagonal back
+        let scores = ((b * chunks + j) * groups + g) * q * q;
+        // per row, Σ dA[k] for k from just after the current tile to the row
+        let mut carry = Array::<F>::new(PER);
+        #[unroll]
+        for u in 0..PER {
+            carry[u] = F::new(0.0);
+        }
+        for back in 0..it + 1 {
+            let s0 = (it - back) * BLOCK;
+            load_steps::<F>(
+                da,
+                &mut steps,
+                &mut sums,
+                row + s0,
+                s0,
+                q,
+                unit,
+                back > 0,
+                true,
+            );
+            let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
+            load_quads::<F, E>(
+                x,
+                &mut rhs,
+                first_x,
+                heads * dim_p,
+                s0,
+                valid,
+                p0,
+                dim_p,
+                unit,
+                true,
+            );
+            sync_cube();
+            // the weights of the thread's rows i and columns s: each segment's terms within the
+            // tile (`inner`), then the row's carry; `whole`, per row, the tile's terms up to i
+            let mut inner = zero_scalars::<F>();
+            let mut whole = Array::<F>::new(PER);
+            segment_sums::<F>(
+                &steps,
+                &sums,
+                &mut inner,
+                &mut whole,
+                s0,
+                i0 + ty * PER,
+                s0 + tx * PER,
+                back > 0,
+                true,
+            );
+            let mut weights = zeros::<F>();
+            #[unroll]
+            for u in 0..PER {
+                let i = i0 + ty * PER + u;
+                let mut row_weights = Quad::<F>::new(F::new(0.0));
+                #[unroll]
+                for v in 0..PER {
+                    let s = s0 + tx * PER + v;
+                    let t_s = j * q + s;
+                    let mut weight = F::new(0.0);
+                    if s <= i && i < q && t_s < len {
+                        weight = cb[scores + i * q + s]
+                            * (inner[u * PER + v] + carry[u]).exp()
+                            * dt[(b * len + t_s) * heads + h];
+                    }
+                    row_weights[v] = weight;
+                }
+                weights[u] = row_weights;
+                carry[u] += whole[u];
+            }
+            store_lhs::<F>(&mut lhs, &weights, ty, tx);
+            sync_cube();
+            tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
+            sync_cube();
+        }
     }
     // the group's row i of C·S[j]ᵀ, from the head's columns
     let part = ((b * chunks + j) * groups + g) * q * hg * dim_p + (h % hg) * dim_p;

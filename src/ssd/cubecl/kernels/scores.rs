@@ -7,7 +7,8 @@ use cubecl::prelude::*;
 use super::prep::scans;
 use super::sizes::Sizes;
 use super::tiles::{
-    chunk_len, load_quads, load_steps, quad_tile, segment_sums, tile_product, zero_scalars, zeros,
+    chunk_len, load_pair_steps, load_quads, pair_segments, quad_tile, tile_product, zero_scalars,
+    zeros, Quad,
 };
 use crate::ssd::geometry::{BLOCK, PER, SPAN_WIDTH, TILE, UNITS};
 
@@ -22,8 +23,9 @@ use crate::ssd::geometry::{BLOCK, PER, SPAN_WIDTH, TILE, UNITS};
 /// step of the tiles between (on the diagonal, the first slots hold the pairs within the tile
 /// and the rest is 0). [`decay_scans`] adds them up. One cube of `UNITS × UNITS` threads per
 /// `BLOCK × BLOCK` tile pair of a `(b, j, g)` (those above the diagonal write zeros), looping
-/// over the group's heads: `dy · xᵀ` over tiles of `p`, a segment sum from its own terms (the
-/// tiles' steps, and the sums of the tiles between).
+/// over the group's heads: `dy · xᵀ` over tiles of `p` (with `transient`, read from `dyx`, the
+/// per-head product through the matmul), a segment sum from its own terms (the tiles' steps,
+/// and the sums of the tiles between).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn score_grads<F: Float, E: Float>(
@@ -32,9 +34,11 @@ pub(crate) fn score_grads<F: Float, E: Float>(
     grad_y: &Tensor<E>,      // [b, l, h, p]
     cb: &Tensor<F>,          // [b, c, g, q, q]
     da: &Tensor<F>,          // [b, h, c·q]
+    dyx: &Tensor<F>,         // [b, c, h, q, q]: dy · xᵀ per head (read when transient)
     grad_cb: &mut Tensor<E>, // [b, c, g, q, q]
     spans: &mut Tensor<F>,   // [b, c, h, T(T+1)/2, SPAN_WIDTH]
     sizes: Sizes,
+    #[comptime] transient: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -96,110 +100,69 @@ pub(crate) fn score_grads<F: Float, E: Float>(
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
         // the steps of both tiles, and the sums of the (whole) tiles between
-        load_steps::<F>(
+        load_pair_steps::<F>(
             da,
+            row,
+            it,
+            st,
+            q,
+            unit,
             &mut steps_i,
-            &mut row_sums,
-            row + i0,
-            i0,
-            q,
-            unit,
-            it != st,
-            false,
-        );
-        load_steps::<F>(
-            da,
             &mut steps_s,
+            &mut row_sums,
             &mut tile_sums,
-            row + s0,
-            s0,
-            q,
-            unit,
-            it != st,
-            true,
+            &mut between,
         );
-        if unit < BLOCK {
-            let mut sum = F::new(0.0);
-            let tile = st + 1 + unit;
-            if tile < it {
-                for k in 0..BLOCK {
-                    sum += da[row + tile * BLOCK + k];
-                }
-            }
-            between[unit] = sum;
-        }
-        // dy_i · x_s over tiles of p
-        let mut dyx = zeros::<F>();
-        for pt in 0..col_tiles {
-            let p0 = pt * BLOCK;
-            let stride = heads * dim_p;
-            let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
-            let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-            load_quads::<F, E>(
-                grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
-            );
-            load_quads::<F, E>(
-                x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit, false,
-            );
-            sync_cube();
-            tile_product::<F>(&lhs, &rhs, &mut dyx, ty, tx);
-            sync_cube();
-        }
-        // the segment sums of (s, i], from their own terms
-        let mut across = F::new(0.0);
-        for k in 0..BLOCK {
-            if st + 1 + k < it {
-                across += between[k];
-            }
-        }
-        // on the diagonal, the segments' terms (`inner`); off it, each column's terms of its
-        // tile after s (`inner`, the same for every row) and each row's terms of its tile up to
-        // i (`head`)
-        let mut inner = zero_scalars::<F>();
-        let mut head = Array::<F>::new(PER);
-        if it == st {
-            segment_sums::<F>(
-                &steps_i,
-                &tile_sums,
-                &mut inner,
-                &mut head,
-                i0,
-                i0 + ty * PER,
-                s0 + tx * PER,
-                false,
-                true,
-            );
-        } else {
-            segment_sums::<F>(
-                &steps_s,
-                &tile_sums,
-                &mut inner,
-                &mut head,
-                s0,
-                i0 + ty * PER,
-                s0 + tx * PER,
-                true,
-                true,
-            );
+        // dy_i · x_s: read from the product, or over tiles of p
+        let mut products = zeros::<F>();
+        if transient {
+            let first = ((b * chunks + j) * heads + h) * q;
             #[unroll]
             for u in 0..PER {
-                head[u] = row_sums[ty * PER + u];
+                let i = i0 + ty * PER + u;
+                let mut row_products = Quad::<F>::new(F::new(0.0));
+                #[unroll]
+                for v in 0..PER {
+                    let s = s0 + tx * PER + v;
+                    if i < q && s < q {
+                        row_products[v] = dyx[(first + i) * q + s];
+                    }
+                }
+                products[u] = row_products;
+            }
+            sync_cube();
+        } else {
+            for pt in 0..col_tiles {
+                let p0 = pt * BLOCK;
+                let stride = heads * dim_p;
+                let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
+                let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
+                load_quads::<F, E>(
+                    grad_y, &mut lhs, first_dy, stride, i0, valid, p0, dim_p, unit, false,
+                );
+                load_quads::<F, E>(
+                    x, &mut rhs, first_x, stride, s0, valid, p0, dim_p, unit, false,
+                );
+                sync_cube();
+                tile_product::<F>(&lhs, &rhs, &mut products, ty, tx);
+                sync_cube();
             }
         }
+        // the segment sums of (s, i], from their own terms
+        let segments = pair_segments::<F>(
+            it, st, ty, tx, &steps_i, &steps_s, &row_sums, &tile_sums, &between,
+        );
         #[unroll]
         for u in 0..PER {
             let i = i0 + ty * PER + u;
             #[unroll]
             for v in 0..PER {
                 let s = s0 + tx * PER + v;
-                let mut seg = inner[u * PER + v];
-                if it != st {
-                    seg = inner[u * PER + v] + across + head[u];
-                }
+                let seg = segments[u * PER + v];
                 let t_s = j * q + s;
                 let mut weighted = F::new(0.0);
                 if s <= i && i < q && t_s < len {
-                    weighted = dyx[u][v] * seg.exp() * dt[(b * len + t_s) * heads + h];
+                    weighted = products[u][v] * seg.exp() * dt[(b * len + t_s) * heads + h];
                 }
                 acc[u * PER + v] += weighted;
                 let mut score = F::new(0.0);

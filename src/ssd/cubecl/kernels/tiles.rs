@@ -251,3 +251,124 @@ pub(super) fn segment_sums<F: Float>(
         }
     }
 }
+
+/// Loads what weights the pairs of the tile pair `(it, st)`, `it ≥ st`, of a head's chunk whose
+/// log-decays start at `da[row]`, for [`pair_segments`]: the steps of the tile of `i` and of
+/// that of `s` with, off the diagonal, their sums ([`load_steps`]: of the tile of `i` up to each
+/// row, of the tile of `s` after each column), and the totals of the whole tiles between the
+/// two (`between[k]` that of tile `st + 1 + k`). The cube synchronises before reading them.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn load_pair_steps<F: Float>(
+    da: &Tensor<F>,
+    row: usize,
+    it: usize,
+    st: usize,
+    q: usize,
+    unit: usize,
+    steps_i: &mut SharedMemory<F>,
+    steps_s: &mut SharedMemory<F>,
+    row_sums: &mut SharedMemory<F>,
+    tile_sums: &mut SharedMemory<F>,
+    between: &mut SharedMemory<F>,
+) {
+    let (i0, s0) = (it * BLOCK, st * BLOCK);
+    load_steps::<F>(
+        da,
+        steps_i,
+        row_sums,
+        row + i0,
+        i0,
+        q,
+        unit,
+        it != st,
+        false,
+    );
+    load_steps::<F>(
+        da,
+        steps_s,
+        tile_sums,
+        row + s0,
+        s0,
+        q,
+        unit,
+        it != st,
+        true,
+    );
+    if unit < BLOCK {
+        let mut sum = F::new(0.0);
+        let tile = st + 1 + unit;
+        if tile < it {
+            for k in 0..BLOCK {
+                sum += da[row + tile * BLOCK + k];
+            }
+        }
+        between[unit] = sum;
+    }
+}
+
+/// The segment sums `Σ_{k=s+1}^{i} dA[k]` of a thread's `PER × PER` pairs `[u·PER + v]` of the
+/// tile pair `(it, st)` (rows `i = it·BLOCK + ty·PER + u`, columns `s = st·BLOCK + tx·PER +
+/// v`) from what [`load_pair_steps`] loaded, each from its own terms: on the diagonal the
+/// segments' steps within the tile ([`segment_sums`]); off it, the column's steps of its tile
+/// after `s`, the whole tiles between and the row's steps of its tile up to `i`. Where `s > i`
+/// the value means nothing: callers mask those pairs.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pair_segments<F: Float>(
+    it: usize,
+    st: usize,
+    ty: usize,
+    tx: usize,
+    steps_i: &SharedMemory<F>,
+    steps_s: &SharedMemory<F>,
+    row_sums: &SharedMemory<F>,
+    tile_sums: &SharedMemory<F>,
+    between: &SharedMemory<F>,
+) -> Array<F> {
+    let (i0, s0) = (it * BLOCK, st * BLOCK);
+    let mut across = F::new(0.0);
+    for k in 0..BLOCK {
+        if st + 1 + k < it {
+            across += between[k];
+        }
+    }
+    // on the diagonal, the segments' terms (`inner`); off it, each column's terms of its tile
+    // after s (`inner`, the same for every row) and each row's terms of its tile up to i
+    // (`head`)
+    let mut inner = zero_scalars::<F>();
+    let mut head = Array::<F>::new(PER);
+    if it == st {
+        segment_sums::<F>(
+            steps_i,
+            tile_sums,
+            &mut inner,
+            &mut head,
+            i0,
+            i0 + ty * PER,
+            s0 + tx * PER,
+            false,
+            true,
+        );
+    } else {
+        segment_sums::<F>(
+            steps_s,
+            tile_sums,
+            &mut inner,
+            &mut head,
+            s0,
+            i0 + ty * PER,
+            s0 + tx * PER,
+            true,
+            true,
+        );
+        #[unroll]
+        for u in 0..PER {
+            #[unroll]
+            for v in 0..PER {
+                inner[u * PER + v] = inner[u * PER + v] + across + row_sums[ty * PER + u];
+            }
+        }
+    }
+    inner
+}
