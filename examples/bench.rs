@@ -78,8 +78,9 @@ struct Args {
     #[arg(long, default_value = "fused", value_delimiter = ',')]
     ssd: Vec<String>,
     /// How the fused kernels of Wgpu and Cuda compute the scan's intra-chunk products:
-    /// `tiled` (inside the kernels, no per-head `q × q` matrix in memory) or `transient` (each
-    /// head's matrices written for the call and multiplied by the matmul);
+    /// `tiled` (inside the kernels, no per-head `q × q` matrix in memory), `transient` (each
+    /// head's matrices written for the call and multiplied by the matmul) or `tensor-cores`
+    /// (inside the kernels, each tile's product on tensor cores where the device has them);
     /// `mamba2_burn::ScanProducts`. Comma separated, the modes run for each in turn (inside
     /// each `--ssd` path), in one process.
     #[arg(long, default_value = "tiled", value_delimiter = ',')]
@@ -841,6 +842,7 @@ fn products_mode(products: &str) -> Option<mamba2_burn::ScanProducts> {
     match products {
         "tiled" => Some(ScanProducts::Tiled),
         "transient" => Some(ScanProducts::Transient),
+        "tensor-cores" => Some(ScanProducts::TensorCores),
         _ => None,
     }
 }
@@ -958,7 +960,7 @@ fn main() {
         .iter()
         .find(|s| products_mode(s).is_none())
     {
-        eprintln!("error: unknown --scan-products {other:?} (tiled, transient)");
+        eprintln!("error: unknown --scan-products {other:?} (tiled, transient, tensor-cores)");
         std::process::exit(2);
     }
     // the cost model needs no device
@@ -991,7 +993,7 @@ fn main() {
         .iter()
         .find(|s| products_mode(s).is_none())
     {
-        eprintln!("error: unknown --scan-products {other:?} (tiled, transient)");
+        eprintln!("error: unknown --scan-products {other:?} (tiled, transient, tensor-cores)");
         std::process::exit(2);
     }
     if let Err(e) = mixed_precision(&args) {

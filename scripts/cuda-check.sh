@@ -22,18 +22,20 @@
 # shared by the whole run.
 #
 #   step                                                        limit   expected
-#   1. cold start: one 130m training step (bf16, 8 x 2,048),      110 s    30-90 s
+#   1. cold start: one 130m training step (bf16, 8 x 2,048),      100 s    30-90 s
 #      empty caches, then the same process again, warm            20 s     5-15 s
 #   2. correctness, two processes at once (the lib's fused-scan   120 s    60-100 s
 #      tests; the suite's golden cases and path tests on Cuda)
-#   3. one 130m layer's SSD, both paths (the fused one with both   45 s     20-40 s each
-#      variants of its intra-chunk products), f32 then bf16
-#   4. the 130m LM, both paths and both variants, bf16, 8 x 2,048  80 s     40-70 s
+#   3. one 130m layer's SSD, both paths, the fused one with its    45 s     20-40 s
+#      intra-chunk products tiled and transient, f32; the same    55 s     25-45 s
+#      and the tensor-core tiles, bf16
+#   4. the 130m LM, both paths, all three variants, bf16,          90 s     50-80 s
+#      8 x 2,048
 #      the 130m LM in mixed precision (f32 weights and AdamW      40 s     20-35 s
 #      state, bf16 compute: train_lm's GPU recipe), batch 8
 #      the 130m LM decoding (the tensor step, greedy), bf16,      30 s     15-25 s
 #      batch 1 and 32
-#   5. the peers: mamba_ssm's SSD and LM (peer_gpu.py)             90 s     50-80 s
+#   5. the peers: mamba_ssm's SSD and LM (peer_gpu.py)             80 s     50-75 s
 #
 # Together 580 s at most (CUDA_CHECK_BUDGET: a step gets what is left when less than its
 # limit); a device call of 600 s holds it. The log goes to $OUT/cuda-check.log as it runs; the bench's and the peers' JSON lines
@@ -125,7 +127,7 @@ run() {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
         # 1. the first training step of a fresh process, caches empty, then warm
-        step 110 cold_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
+        step 100 cold_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
             --ssd measured --count-kernels
         step 20 warm_start "${bench[@]}" "${lm[@]}" --batch 8 --mode train --iters 1 \
             --ssd measured --count-kernels
@@ -137,16 +139,17 @@ run() {
         step 120 tests_suite "$BIN/suite" cuda --ignored --nocapture
         wait "$lib_pid" || true
         # 3. one 130m layer's SSD (batch 8): the cost model, then forward and forward plus
-        # backward on both paths, the fused one with its intra-chunk products tiled and
-        # transient (ScanProducts), in f32 and in bf16
-        for dtype in f32 bf16; do
-            step 45 "ssd_$dtype" "${bench[@]}" --preset 130m --batch 8 --dtype "$dtype" \
-                --ssd fused,tensor-ops --scan-products tiled,transient \
-                --mode ssd-cost,ssd,ssd-train --iters 5
-        done
-        # 4. the 130m LM, training and forward, both paths and both variants, bf16, batch 8
-        step 80 lm_bf16 "${bench[@]}" "${lm[@]}" --batch 8 --ssd fused,tensor-ops \
-            --scan-products tiled,transient --mode train,forward --iters 3
+        # backward on both paths, the fused one with each variant of its intra-chunk products
+        # (ScanProducts; the tensor-core tiles in bf16 only: f32 operands have none)
+        step 45 ssd_f32 "${bench[@]}" --preset 130m --batch 8 --dtype f32 \
+            --ssd fused,tensor-ops --scan-products tiled,transient \
+            --mode ssd-cost,ssd,ssd-train --iters 5
+        step 55 ssd_bf16 "${bench[@]}" --preset 130m --batch 8 --dtype bf16 \
+            --ssd fused,tensor-ops --scan-products tiled,transient,tensor-cores \
+            --mode ssd-cost,ssd,ssd-train --iters 5
+        # 4. the 130m LM, training and forward, both paths and every variant, bf16, batch 8
+        step 90 lm_bf16 "${bench[@]}" "${lm[@]}" --batch 8 --ssd fused,tensor-ops \
+            --scan-products tiled,transient,tensor-cores --mode train,forward --iters 3
         # the same LM trained as train_lm trains it on a GPU: f32 weights, bf16 compute
         step 40 lm_mixed "${bench[@]}" --preset 130m --dtype f32 --mixed-precision bf16 \
             --batch 8 --ssd measured --mode train --iters 3
@@ -156,7 +159,7 @@ run() {
         if [ -d "$BIN/peer/mamba_ssm" ] && command -v python3 >/dev/null; then
             local peer
             peer=$(cd "$BIN/peer" && pwd)
-            step 90 peers env PEER_PY="$peer" python3 "${PEER_TOOL:-$peer/peer_gpu.py}" \
+            step 80 peers env PEER_PY="$peer" python3 "${PEER_TOOL:-$peer/peer_gpu.py}" \
                 --parts ssd,lm-mamba_ssm --dtypes bf16 --batches 1,8 --iters 5
         else
             echo "== peers: SKIPPED (no $BIN/peer/mamba_ssm or no python3)"

@@ -119,27 +119,23 @@ def find(rows, **kw):
     return None
 
 
-# the variant of the fused path's intra-chunk products per type: transient where it is faster
-# than tiled in every measurement of that type (one layer's SSD forward and training; in bf16
-# also the LM's training and forward); the fused path's figures below are the chosen variant's
+# the variant of the fused path's intra-chunk products per type: the fastest in the sum of
+# that type's measurements in which every variant ran (one layer's SSD forward and training;
+# in bf16 also the LM's training and forward at batch 8); the fused path's figures below are
+# the chosen variant's
+VARIANTS = ("tiled", "transient", "tensor-cores")
 products = {}
 for dtype in ("f32", "bf16"):
-    verdict, compared = "transient", 0
-    pairs = [tuple(find(ssd, dtype=dtype, ssd="fused", scan_products=v, mode=mode)
-                   for v in ("tiled", "transient"))
-             for mode in ("ssd", "ssd-train")]
-    pairs = [(t["ms"], x["ms"]) for t, x in pairs if t and x]
+    rows = [[find(ssd, dtype=dtype, ssd="fused", scan_products=v, mode=mode) for v in VARIANTS]
+            for mode in ("ssd", "ssd-train")]
     if dtype == "bf16":
-        for mode in ("train", "forward"):
-            t = find(lm, ssd="fused", scan_products="tiled", mode=mode, batch=8)
-            x = find(lm, ssd="fused", scan_products="transient", mode=mode, batch=8)
-            if t and x:
-                pairs.append((t["ms"], x["ms"]))
-    for tiled_ms, transient_ms in pairs:
-        compared += 1
-        if transient_ms >= tiled_ms:
-            verdict = "tiled"
-    products[dtype] = verdict if compared else None
+        rows += [[find(lm, ssd="fused", scan_products=v, mode=mode, batch=8) for v in VARIANTS]
+                 for mode in ("train", "forward")]
+    ran = [v for k, v in enumerate(VARIANTS) if any(r[k] for r in rows)]
+    rows = [r for r in rows if all(r[VARIANTS.index(v)] for v in ran)]
+    totals = {v: sum(r[VARIANTS.index(v)]["ms"] for r in rows) for v in ran}
+    products[dtype] = min(totals, key=totals.get) if rows and totals else None
+    summary.setdefault("scan_products_ms", {})[dtype] = totals
 summary["scan_products"] = products
 
 

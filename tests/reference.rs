@@ -526,13 +526,16 @@ mod wgpu {
         both_orders::<Fused>("wgpu (fused)");
     }
 
-    /// The fused scan with its intra-chunk products through the matmul, on each head's
-    /// matrices written for the call.
+    /// The fused scan with the other variants of its intra-chunk products: through the
+    /// matmul on each head's matrices written for the call, and on fragments (on lavapipe's
+    /// ordinary cores: it has no tensor cores).
     #[test]
     #[ignore = "needs a device driver: run with -- --ignored"]
-    fn reference_cases_wgpu_transient_products() {
-        let _products = mamba2_burn::ssd::override_scan_products(ScanProducts::Transient);
-        both_orders::<Fused>("wgpu (fused, transient products)");
+    fn reference_cases_wgpu_other_products() {
+        for products in [ScanProducts::Transient, ScanProducts::TensorCores] {
+            let _products = mamba2_burn::ssd::override_scan_products(products);
+            both_orders::<Fused>(&format!("wgpu (fused, {products:?} products)"));
+        }
     }
 
     #[test]
@@ -552,8 +555,12 @@ mod wgpu {
         let dev = WgpuDevice::Cpu;
         burn::tensor::set_default_dtypes::<Wgpu<f32, i32>>(&dev, FloatDType::F16, IntDType::I32)
             .expect("f16 as the float type of the CPU adapter, set before any tensor on it");
-        // both variants of the intra-chunk products, on the one device of this type
-        for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+        // every variant of the intra-chunk products, on the one device of this type
+        for products in [
+            ScanProducts::Tiled,
+            ScanProducts::Transient,
+            ScanProducts::TensorCores,
+        ] {
             let _products = mamba2_burn::ssd::override_scan_products(products);
             let name = format!("wgpu (fused, {products:?} products), f16");
             let failed = check_cases::<Fused>(&name, &dev, false, HALF_TOL);
@@ -589,8 +596,12 @@ mod cuda {
         let _fused = mamba2_burn::ssd::override_fused_kernels(mamba2_burn::FusedKernels::Always);
         let dev = CudaDevice::default();
         let mut failed = Vec::new();
-        // both variants of the intra-chunk products
-        for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+        // every variant of the intra-chunk products
+        for products in [
+            ScanProducts::Tiled,
+            ScanProducts::Transient,
+            ScanProducts::TensorCores,
+        ] {
             let _products = mamba2_burn::ssd::override_scan_products(products);
             let name = format!("cuda (fused, {products:?} products)");
             failed.extend(check_cases::<Autodiff<Cuda<f32, i32>>>(

@@ -266,18 +266,70 @@ fn transient_products_move_the_contractions_to_tensor_cores() {
         assert!(w.other_flops < 0.5 * t.other_flops, "{}", t.name);
         assert_eq!(w.kind, LaunchKind::Tiled);
     }
+    print_estimates(tiled);
+}
+
+/// The tensor-core tiles (`ScanProducts::TensorCores`): the same launches as the tiled
+/// variant, each tiled kernel's multiply-adds on tensor cores (the contractions' FLOPs, which
+/// the tiled variant counts off them), nothing else changed.
+#[test]
+fn tensor_core_tiles_move_only_the_multiply_adds() {
+    let tiled = ScanShape {
+        element_bytes: 2,
+        ..layer_130m()
+    };
+    let cores = ScanShape {
+        products: ScanProducts::TensorCores,
+        ..tiled
+    };
+    for (t, x) in [
+        (forward_launches(tiled), forward_launches(cores)),
+        (backward_launches(tiled), backward_launches(cores)),
+    ] {
+        assert_eq!(t.len(), x.len());
+        for (t, x) in t.iter().zip(&x) {
+            assert_eq!(t.name, x.name);
+            assert_eq!(
+                t.product_flops + t.other_flops,
+                x.product_flops + x.other_flops
+            );
+            assert_eq!(
+                t.bytes_read + t.bytes_written,
+                x.bytes_read + x.bytes_written
+            );
+            if t.kind == LaunchKind::Tiled {
+                assert!(x.product_flops > t.product_flops, "{}", t.name);
+            } else {
+                assert_eq!(t.product_flops, x.product_flops, "{}", t.name);
+            }
+        }
+    }
+    // chunk_scan's tensor-core FLOPs are its intra-chunk product over the tiles on and below
+    // the diagonal
+    let scan = forward_launches(cores)
+        .into_iter()
+        .find(|x| x.name == "chunk_scan")
+        .expect("chunk_scan");
+    assert_eq!(scan.product_flops, chunk_scan_product_flops(cores));
+    print_estimates(tiled);
+}
+
+/// One 130m layer's scan in bf16, forward and backward, per variant, at both rates.
+fn print_estimates(tiled: ScanShape) {
     for rates in [Rates::h100(2), Rates::h200_calibrated(2)] {
-        let layer = |s| {
+        let layer = |products| {
+            let s = ScanShape { products, ..tiled };
             (totals(&forward_launches(s), &rates).seconds
                 + totals(&backward_launches(s), &rates).seconds)
                 * 1e3
         };
         println!(
             "{}: one 130m layer's scan in bf16, forward and backward: tiled {:.2} ms, transient \
-             {:.2} ms",
+             {:.2} ms, tensor-core tiles {:.2} ms",
             rates.name,
-            layer(tiled),
-            layer(transient)
+            layer(ScanProducts::Tiled),
+            layer(ScanProducts::Transient),
+            layer(ScanProducts::TensorCores)
         );
     }
 }

@@ -23,6 +23,9 @@
 //! - the scan's tiled kernels: a cube of `UNITS × UNITS` threads per `BLOCK × BLOCK` tile of the output
 //!   (`4 × 4` elements each), their multiply-adds on the
 //!   cores that are not tensor cores (no `cmma` yet);
+//! - with the tensor-core tiles ([`ScanProducts::TensorCores`]), the tiled kernels'
+//!   multiply-adds run on tensor cores at the products' rate, their other work as before (the
+//!   staging in shared memory is not counted);
 //! - with the transient products ([`ScanProducts::Transient`]), the intra-chunk products are
 //!   products as the others, over the whole `q × q` matrices (the matmul does not skip the
 //!   zeros above the diagonal), on each head's matrices written and read once; the tiled
@@ -100,6 +103,11 @@ impl ScanShape {
     /// Whether the intra-chunk products go through the matmul.
     fn transient(&self) -> bool {
         self.products == ScanProducts::Transient
+    }
+
+    /// Whether the tiled kernels' tile products run on tensor cores.
+    fn tensor_cores(&self) -> bool {
+        self.products == ScanProducts::TensorCores
     }
 
     /// The chunks, `c = ⌈l / q⌉`.
@@ -459,6 +467,18 @@ impl Plan {
         self.product_to(name, stack * b * c * g, q, r * p, n, bytes);
     }
 
+    /// With [`ScanProducts::TensorCores`], the multiply-adds `mads` of the tiled kernel `name`
+    /// (the last launch of that name) as FLOPs on tensor cores, not off them.
+    fn on_tensor_cores(&mut self, name: &str, mads: usize) {
+        if !self.s.tensor_cores() {
+            return;
+        }
+        if let Some(x) = self.launches.iter_mut().rev().find(|x| x.name == name) {
+            x.other_flops -= mads as f64;
+            x.product_flops += mads as f64;
+        }
+    }
+
     /// The transient products' per-head matrix `M` `[b, c, h, q, q]` in the operand type
     /// ([`ScanProducts::Transient`]): a cube per tile pair of each `(b, j, h)`, the weights of
     /// the tiles on and below the diagonal (those above write zeros).
@@ -549,6 +569,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         plan.e(b * l * h * p),
         rows * 2 * BLOCK,
     );
+    plan.on_tensor_cores("chunk_scan", columns * tile * pairs * 2 * BLOCK);
     plan.launches
 }
 
@@ -650,6 +671,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
             plan.e(b * l * h * p) + plan.f(3 * b * h * big_l * cols + b * c * h * cols),
             rows * 2 * BLOCK + (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
         );
+        plan.on_tensor_cores("chunk_scan_grads", columns * tile * pairs * 2 * BLOCK);
         // the scores' gradient and the pairs within each chunk, a cube per tile pair of each
         // (b, j, g) (those above the diagonal write zeros), looping over the group's heads: dy·xᵀ
         // over the tiles of p, the weights, the pairs' sums
@@ -674,6 +696,10 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
             plan.e(2 * b * l * h * p) + plan.f(b * l * h + b * c * g * q * q + b * h * big_l),
             plan.e(b * c * g * q * q) + plan.f(b * c * h * pairs * SPAN_WIDTH),
             r * (cols * BLOCK + 3 * BLOCK),
+        );
+        plan.on_tensor_cores(
+            "score_grads",
+            b * c * g * r * tile * pairs * 2 * BLOCK * cols,
         );
     }
     plan.product(

@@ -63,11 +63,17 @@ pub enum ScanProducts {
     #[default]
     Tiled,
     /// Each head's `q × q` matrices (`M`; in the gradient `M` without `dt` and `dy · xᵀ`)
-    /// written to memory in the operand type, used and dropped within the call, and the
-    /// products through the backend's matmul (tensor cores where the device has them):
-    /// `b·c·h·q²` elements at a time, about 200 MB of `bf16` for a 130m layer at batch 8 ×
-    /// 2,048 and chunk 256.
+    /// written to memory, used and dropped within the call, and the products through the
+    /// backend's matmul (tensor cores where the device has them): for a 130m layer at batch
+    /// 8 × 2,048 and chunk 256, `M` takes 201 MB in `bf16` and the gradient's `dy · xᵀ` 403 MB
+    /// (`f32`).
     Transient,
+    /// Tile by tile inside the scan's kernels as [`Tiled`](Self::Tiled), each tile's product
+    /// on tensor cores (`cmma` fragments of `16 × 16 × 16`, operands staged in shared memory in
+    /// the operand type) where the device has them for the operand type (`f16`, `bf16` on
+    /// Cuda); elsewhere (`f32` operands, Vulkan without cooperative matrices) the same staging
+    /// with the fragments' products on the ordinary cores, slower than `Tiled`.
+    TensorCores,
 }
 
 impl ScanProducts {

@@ -36,9 +36,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::forward::{part, rank5, rank6, recompute, Dims};
 use super::inputs::Inputs;
-use super::launch::{empty, empty_as, f32_type, launch, types, unused};
+use super::launch::{empty, empty_as, f32_type, launch, types, unused, TileMode};
 use super::product::product;
-use crate::ssd::fused::ScanProducts;
 use crate::ssd::geometry::{BLOCK, SPAN_WIDTH};
 use crate::ssd::primitive::{float, primitive};
 
@@ -99,8 +98,8 @@ where
     let (leaving, entering) = (primitive(part(&parts, 0)), primitive(part(&parts, 1)));
 
     // the intra-chunk products in the kernels, or read from the matmul's
-    let transient = f.products == ScanProducts::Transient;
-    let (intra, dyx) = if transient {
+    let mode = TileMode::of(&x, f.products, d.e);
+    let (intra, dyx) = if mode.transient {
         super::transient::gradient::<R, F, I, BT>(&x, &dt, &dy, &s, d)
     } else {
         (unused(&x), unused(&x))
@@ -116,7 +115,7 @@ where
         chunk_scan_grads, blocks b * c * h * q.div_ceil(BLOCK) * p.div_ceil(BLOCK);
         x, dt, dy, cb, da, cs, to_end, entering, leaving, states, adjoints, intra, grad_x, terms,
         outside;
-        d.sizes(), transient, types(d.e),
+        d.sizes(), mode.transient, mode.fragments, mode.cmma, types(d.e),
     );
 
     // the scores' gradient (an operand), and the pairs within each chunk
@@ -126,7 +125,7 @@ where
     launch!(
         score_grads, blocks b * c * g * rows * rows;
         x, dt, dy, cb, da, dyx, grad_cb, spans;
-        d.sizes(), transient, types(d.e),
+        d.sizes(), mode.transient, mode.fragments, mode.cmma, types(d.e),
     );
 
     // B and C

@@ -31,9 +31,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::inputs::Inputs;
 use super::kernels;
-use super::launch::{empty, empty_as, launch, types, unused};
+use super::launch::{empty, empty_as, launch, types, unused, TileMode};
 use super::product::product;
-use crate::ssd::fused::ScanProducts;
 use crate::ssd::geometry::BLOCK;
 use crate::ssd::primitive::{float, primitive};
 
@@ -299,8 +298,8 @@ where
     // step 6
     let entering = entering_part::<R, F, I, BT>(&s, d);
     // step 7 (the intra-chunk products in the kernel, or read from the matmul's)
-    let transient = f.products == ScanProducts::Transient;
-    let intra = if transient {
+    let mode = TileMode::of(&x, f.products, d.e);
+    let intra = if mode.transient {
         super::transient::output::<R, F, I, BT>(&x, &dt, &s, d)
     } else {
         unused(&x)
@@ -311,7 +310,7 @@ where
     launch!(
         chunk_scan, blocks blocks;
         x, dt, cb, entering, da, cs, intra, y;
-        d.sizes(), transient, types(d.e),
+        d.sizes(), mode.transient, mode.fragments, mode.cmma, types(d.e),
     );
     (y, s.last)
 }

@@ -7,7 +7,10 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
+use super::kernels::{FRAG, PLANE};
+use crate::ssd::fused::ScanProducts;
 use crate::ssd::geometry::CUBE_SIZE;
+use cubecl::ir::features::MmaConfig;
 
 /// An uninitialised contiguous `f32` tensor on `like`'s device.
 pub(super) fn empty<R: CubeRuntime>(
@@ -45,6 +48,47 @@ pub(super) fn f32_type() -> StorageType {
 /// `e` (its `#[define(F, E)]`).
 pub(super) fn types(e: DType) -> [StorageType; 2] {
     [DType::F32.into(), e.into()]
+}
+
+/// How the tiled kernels compute their tile products (their comptime flags): read from the
+/// matmul's transient products, or on fragments staged in shared memory (on tensor cores with
+/// `cmma`), else in registers.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TileMode {
+    pub(super) transient: bool,
+    pub(super) fragments: bool,
+    pub(super) cmma: bool,
+}
+
+impl TileMode {
+    /// The mode of `products` for operands of type `e` on `like`'s device: tensor cores where
+    /// the device has `FRAG³` fragments of `e` with `f32` accumulators and planes of
+    /// `kernels::PLANE` threads, else the fragments' products on the ordinary cores.
+    pub(super) fn of<R: CubeRuntime>(
+        like: &CubeTensor<R>,
+        products: ScanProducts,
+        e: DType,
+    ) -> Self {
+        let fragments = products == ScanProducts::TensorCores;
+        let props = like.client.properties();
+        let side = FRAG as u32;
+        let cmma = fragments
+            && props.hardware.plane_size_min == PLANE as u32
+            && props.hardware.plane_size_max == PLANE as u32
+            && props.features.matmul.cmma.contains(&MmaConfig {
+                a_type: e.into(),
+                b_type: e.into(),
+                cd_type: DType::F32.into(),
+                m: side,
+                n: side,
+                k: side,
+            });
+        Self {
+            transient: products == ScanProducts::Transient,
+            fragments,
+            cmma,
+        }
+    }
 }
 
 /// A one-element placeholder for an argument a kernel does not read.

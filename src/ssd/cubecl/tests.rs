@@ -83,6 +83,21 @@ fn transient_products_match_tensor_ops_on_wgpu() {
     );
 }
 
+/// The tiles' products on fragments (`ScanProducts::TensorCores`) on Wgpu: lavapipe has no
+/// tensor cores, so the fragments' products run on its ordinary cores, and everything of the
+/// variant but its three `cmma` calls is checked: the staging in shared memory in the operand
+/// type, the planes' layout, the accumulator tile. The same cases, the same tolerance.
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
+fn tensor_core_products_match_tensor_ops_on_wgpu() {
+    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
+        &Default::default(),
+        ScanProducts::TensorCores,
+        F32_PRODUCTS,
+    );
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
@@ -99,7 +114,11 @@ fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cuda() {
-    for products in [ScanProducts::Tiled, ScanProducts::Transient] {
+    for products in [
+        ScanProducts::Tiled,
+        ScanProducts::Transient,
+        ScanProducts::TensorCores,
+    ] {
         fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(
             &Default::default(),
             products,

@@ -3,6 +3,9 @@
 
 use cubecl::prelude::*;
 
+use super::fragments::{
+    fragment_product, fragment_tile, load_tile, read_tile, store_tile, zero_tile,
+};
 use super::sizes::Sizes;
 use super::tiles::{
     chunk_len, load_quads, load_steps, quad_tile, segment_sums, store_lhs, tile_product,
@@ -26,7 +29,8 @@ use crate::ssd::geometry::{BLOCK, PER, UNITS};
 /// diagonal to the chunk's end, the segment sums as there
 /// (each weight's own terms within its tile plus, carried per row, the terms of the tiles
 /// before it). With `transient`, `Mᵀ · dy` is read from `intra`, the per-head product through
-/// the matmul.
+/// the matmul; with `fragments`, each tile's product runs on fragments (`super::fragments`, on
+/// tensor cores with `cmma`).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
@@ -47,6 +51,8 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
     outside: &mut Tensor<F>, // [b, c, h, ⌈p/BLOCK⌉]
     sizes: Sizes,
     #[comptime] transient: bool,
+    #[comptime] fragments: bool,
+    #[comptime] cmma: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -134,6 +140,13 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
     } else {
         // Mᵀ · dy, over the tiles of i from the diagonal on
         let scores = ((b * chunks + j) * groups + g) * q * q;
+        // the operand tiles of the operand type and the accumulator of the fragments
+        let mut lhs_e = fragment_tile::<E>();
+        let mut rhs_e = fragment_tile::<E>();
+        let mut acc = fragment_tile::<F>();
+        if fragments {
+            zero_tile::<F>(&mut acc, ty, tx);
+        }
         // per row s, Σ dA[k] for k from s + 1 to just before the current tile
         let mut carry = Array::<F>::new(PER);
         #[unroll]
@@ -155,9 +168,15 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
             );
             let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
             let stride = heads * dim_p;
-            load_quads::<F, E>(
-                grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, true,
-            );
+            if fragments {
+                load_tile::<E>(
+                    grad_y, &mut rhs_e, first_dy, stride, i0, valid, p0, dim_p, unit,
+                );
+            } else {
+                load_quads::<F, E>(
+                    grad_y, &mut rhs, first_dy, stride, i0, valid, p0, dim_p, unit, true,
+                );
+            }
             sync_cube();
             // the weights M[i, s] of the thread's rows s and columns i: each segment's terms
             // within the tile (`inner`), then the row's carry; `whole`, per row, the tile's terms
@@ -192,10 +211,19 @@ pub(crate) fn chunk_scan_grads<F: Float, E: Float>(
                 weights[u] = row_weights;
                 carry[u] += whole[u];
             }
-            store_lhs::<F>(&mut lhs, &weights, ty, tx);
+            if fragments {
+                store_tile::<F, E>(&mut lhs_e, &weights, ty, tx);
+                sync_cube();
+                fragment_product::<F, E>(&lhs_e, &rhs_e, &mut acc, unit, false, cmma);
+            } else {
+                store_lhs::<F>(&mut lhs, &weights, ty, tx);
+                sync_cube();
+                tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
+            }
             sync_cube();
-            tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
-            sync_cube();
+        }
+        if fragments {
+            read_tile::<F>(&acc, &mut diag, ty, tx);
         }
     }
 

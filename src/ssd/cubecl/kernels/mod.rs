@@ -21,7 +21,9 @@
 //! output, [`chunk_scan`]), `grads` (its gradient, [`chunk_scan_grads`]), `scores` (the scores'
 //! and log-decays' gradients, [`score_grads`], [`decay_scans`]) and `layout` (the gradients
 //! back in the inputs' layout, [`unchunk`]; the chunk layout of `x` and `dy`, [`chunk_rows`]);
-//! `weights` (each head's intra-chunk matrix, [`intra_weights`]) serves the transient products
+//! `fragments` holds the tiled kernels' tile products on tensor cores (`ScanProducts::
+//! TensorCores`); `weights` (each head's intra-chunk matrix, [`intra_weights`]) serves the
+//! transient products
 //! alone (`ScanProducts::Transient`, where the matmul multiplies it and the tiled kernels read
 //! the products); `sizes` holds what every kernel takes. The cube and tile sides are in
 //! `ssd/geometry.rs`, shared with the cost model.
@@ -30,6 +32,7 @@
 // `is_multiple_of`: the kernels spell them out
 #![allow(clippy::manual_div_ceil, clippy::manual_is_multiple_of)]
 
+mod fragments;
 mod grads;
 mod layout;
 mod passing;
@@ -40,6 +43,7 @@ mod sizes;
 mod tiles;
 mod weights;
 
+pub(super) use fragments::{FRAG, PLANE};
 pub(super) use grads::chunk_scan_grads;
 pub(super) use layout::{chunk_rows, unchunk};
 pub(super) use passing::{pass_adjoints, pass_states};

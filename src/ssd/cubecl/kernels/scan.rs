@@ -3,6 +3,9 @@
 
 use cubecl::prelude::*;
 
+use super::fragments::{
+    fragment_product, fragment_tile, load_tile, read_tile, store_tile, zero_tile,
+};
 use super::sizes::Sizes;
 use super::tiles::{
     chunk_len, load_quads, load_steps, quad_tile, segment_sums, store_lhs, tile_product,
@@ -19,7 +22,9 @@ use crate::ssd::geometry::{BLOCK, PER, UNITS};
 /// `(C_i · B_s) · exp(…) · dt_s` are computed once in shared memory; the segment sum of a weight
 /// is its own terms within the tile plus, carried per row, the sum of the terms of the tiles
 /// after it (sums of terms, never a difference of prefix sums). With `transient`, the
-/// intra-chunk part is read from `intra`, the per-head product `M·x` through the matmul.
+/// intra-chunk part is read from `intra`, the per-head product `M·x` through the matmul; with
+/// `fragments`, each tile's product runs on fragments (`super::fragments`, on tensor cores
+/// with `cmma`).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_scan<F: Float, E: Float>(
@@ -33,6 +38,8 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
     y: &mut Tensor<E>,    // [b, l, h, p]
     sizes: Sizes,
     #[comptime] transient: bool,
+    #[comptime] fragments: bool,
+    #[comptime] cmma: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -89,6 +96,13 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
     } else {
         // the intra-chunk part, over the tiles of s from the diagonal back
         let scores = ((b * chunks + j) * groups + g) * q * q;
+        // the operand tiles of the operand type and the accumulator of the fragments
+        let mut lhs_e = fragment_tile::<E>();
+        let mut rhs_e = fragment_tile::<E>();
+        let mut acc = fragment_tile::<F>();
+        if fragments {
+            zero_tile::<F>(&mut acc, ty, tx);
+        }
         // per row, Σ dA[k] for k from just after the current tile to the row
         let mut carry = Array::<F>::new(PER);
         #[unroll]
@@ -109,18 +123,32 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
                 true,
             );
             let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
-            load_quads::<F, E>(
-                x,
-                &mut rhs,
-                first_x,
-                heads * dim_p,
-                s0,
-                valid,
-                p0,
-                dim_p,
-                unit,
-                true,
-            );
+            if fragments {
+                load_tile::<E>(
+                    x,
+                    &mut rhs_e,
+                    first_x,
+                    heads * dim_p,
+                    s0,
+                    valid,
+                    p0,
+                    dim_p,
+                    unit,
+                );
+            } else {
+                load_quads::<F, E>(
+                    x,
+                    &mut rhs,
+                    first_x,
+                    heads * dim_p,
+                    s0,
+                    valid,
+                    p0,
+                    dim_p,
+                    unit,
+                    true,
+                );
+            }
             sync_cube();
             // the weights of the thread's rows i and columns s: each segment's terms within the
             // tile (`inner`), then the row's carry; `whole`, per row, the tile's terms up to i
@@ -157,10 +185,19 @@ pub(crate) fn chunk_scan<F: Float, E: Float>(
                 weights[u] = row_weights;
                 carry[u] += whole[u];
             }
-            store_lhs::<F>(&mut lhs, &weights, ty, tx);
+            if fragments {
+                store_tile::<F, E>(&mut lhs_e, &weights, ty, tx);
+                sync_cube();
+                fragment_product::<F, E>(&lhs_e, &rhs_e, &mut acc, unit, false, cmma);
+            } else {
+                store_lhs::<F>(&mut lhs, &weights, ty, tx);
+                sync_cube();
+                tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
+            }
             sync_cube();
-            tile_product::<F>(&lhs, &rhs, &mut diag, ty, tx);
-            sync_cube();
+        }
+        if fragments {
+            read_tile::<F>(&acc, &mut diag, ty, tx);
         }
     }
     // the group's row i of C·S[j]ᵀ, from the head's columns

@@ -4,6 +4,7 @@
 
 use cubecl::prelude::*;
 
+use super::fragments::{fragment_product, fragment_tile, load_tile, read_tile, zero_tile};
 use super::prep::scans;
 use super::sizes::Sizes;
 use super::tiles::{
@@ -24,7 +25,8 @@ use crate::ssd::geometry::{BLOCK, PER, SPAN_WIDTH, TILE, UNITS};
 /// and the rest is 0). [`decay_scans`] adds them up. One cube of `UNITS × UNITS` threads per
 /// `BLOCK × BLOCK` tile pair of a `(b, j, g)` (those above the diagonal write zeros), looping
 /// over the group's heads: `dy · xᵀ` over tiles of `p` (with `transient`, read from `dyx`, the
-/// per-head product through the matmul), a segment sum from its own terms (the tiles' steps,
+/// per-head product through the matmul; with `fragments`, on fragments, `super::fragments`, on
+/// tensor cores with `cmma`), a segment sum from its own terms (the tiles' steps,
 /// and the sums of the tiles between).
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
@@ -39,6 +41,8 @@ pub(crate) fn score_grads<F: Float, E: Float>(
     spans: &mut Tensor<F>,   // [b, c, h, T(T+1)/2, SPAN_WIDTH]
     sizes: Sizes,
     #[comptime] transient: bool,
+    #[comptime] fragments: bool,
+    #[comptime] cmma: bool,
     #[define(F, E)] _dtypes: [StorageType; 2],
 ) {
     let len = sizes.len;
@@ -96,6 +100,10 @@ pub(crate) fn score_grads<F: Float, E: Float>(
     let mut tile_sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut row_sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut acc = zero_scalars::<F>();
+    // the operand tiles of the operand type and the accumulator of the fragments
+    let mut lhs_e = fragment_tile::<E>();
+    let mut rhs_e = fragment_tile::<E>();
+    let mut acc_tile = fragment_tile::<F>();
     for hr in 0..r {
         let h = g * r + hr;
         let row = (b * heads + h) * chunks * q + j * q;
@@ -131,6 +139,23 @@ pub(crate) fn score_grads<F: Float, E: Float>(
                 products[u] = row_products;
             }
             sync_cube();
+        } else if fragments {
+            zero_tile::<F>(&mut acc_tile, ty, tx);
+            for pt in 0..col_tiles {
+                let p0 = pt * BLOCK;
+                let stride = heads * dim_p;
+                let first_dy = ((b * len + j * q + i0) * heads + h) * dim_p + p0;
+                let first_x = ((b * len + j * q + s0) * heads + h) * dim_p + p0;
+                load_tile::<E>(
+                    grad_y, &mut lhs_e, first_dy, stride, i0, valid, p0, dim_p, unit,
+                );
+                load_tile::<E>(x, &mut rhs_e, first_x, stride, s0, valid, p0, dim_p, unit);
+                sync_cube();
+                // x's tile [s][p] is the transpose of the rhs [p][s]
+                fragment_product::<F, E>(&lhs_e, &rhs_e, &mut acc_tile, unit, true, cmma);
+                sync_cube();
+            }
+            read_tile::<F>(&acc_tile, &mut products, ty, tx);
         } else {
             for pt in 0..col_tiles {
                 let p0 = pt * BLOCK;
