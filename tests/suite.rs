@@ -16,6 +16,7 @@ mod export;
 #[cfg(feature = "timeseries")]
 mod forecaster;
 mod generate;
+mod kill;
 mod mixed;
 mod paths;
 mod reference;

@@ -201,9 +201,9 @@ fn prepare_run<C: Config + std::fmt::Display>(
     } else {
         None
     };
-    config
-        .save(&config_file)
-        .map_err(|e| Mamba2Error::file(&config_file, format!("cannot write: {e}")))?;
+    // atomically: a run killed while writing it, on resume, must find the old config or the
+    // new one, never a part (resume refuses a run whose config it cannot read)
+    crate::checkpoint::record::save_config(config, &config_file)?;
     Ok(start_epoch)
 }
 
