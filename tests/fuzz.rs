@@ -9,7 +9,12 @@
 //! Inputs per target (the first of each is the unmutated file): `config.json` of the three
 //! formats 3,000 (read, and loaded with the weights when it reads), `model.safetensors` of the
 //! two PyTorch formats 1,500, CSV 3,000. DBN files are fuzzed in `tests/market.rs`.
+//!
+//! And the coverage-guided fuzzers' inputs (`fuzz/`): every target's seeds and the inputs
+//! saved from its runs, through the same target code as the fuzzers, with the same bound.
 
+#[path = "common/loaders.rs"]
+mod loaders;
 #[path = "common/mutate.rs"]
 mod mutate;
 
@@ -206,21 +211,11 @@ fn mutated_safetensors_load_or_are_refused_naming_the_file() {
     );
 }
 
-/// A CSV file like the ETT data: a date column, then four numeric columns, 60 rows.
+/// A CSV file like the ETT data: a date column, then four numeric columns, 60 rows (the CSV
+/// fuzz target's seed, written by `fuzz/src/bin/make_seeds.rs`).
 fn csv_text() -> String {
-    let mut text = String::from("date,HUFL,HULL,MUFL,OT\n");
-    for t in 0..60 {
-        let x = t as f64 * 0.3;
-        text.push_str(&format!(
-            "2016-07-01 {:02}:00:00,{:.3},{:.3},{:.3},{:.3}\n",
-            t % 24,
-            5.0 + x.sin(),
-            2.0 + x.cos(),
-            -1.5 + 0.1 * x,
-            30.0 - x
-        ));
-    }
-    text
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/csv/ett_like.csv");
+    std::fs::read_to_string(&seed).unwrap_or_else(|e| panic!("{}: {e}", seed.display()))
 }
 
 #[test]
@@ -260,4 +255,59 @@ fn mutated_csv_files_read_or_are_refused_naming_the_file() {
         tally.accepted >= 1 && tally.refused > CSV_INPUTS / 4,
         "{tally:?}"
     );
+}
+
+/// The coverage-guided fuzz targets' seeds (`fuzz/seeds/<target>`) and the inputs saved from
+/// their runs (`fuzz/regressions/<target>`: what a fuzzer found, kept after the fix), each
+/// through the fuzzers' own target code (`tests/common/loaders.rs`): a value or an error naming
+/// the target's files, never a panic, and no allocation above 64× the folder's bytes + 1 MiB
+/// (DBN: 256 MiB, as in its mutation test); at least one seed of each target loads. The
+/// targets whose loader needs a feature this build lacks are skipped.
+#[test]
+fn fuzz_seeds_and_saved_inputs_load_or_are_refused() {
+    use loaders::{Folder, Target};
+    use mutate::largest_allocation;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut counts = Vec::new();
+    for (name, target) in Target::ALL {
+        if !target.built() {
+            continue;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let folder = Folder::new(target, &root.join("tests/fixtures"), work.path());
+        let (mut inputs, mut loaded) = (0, 0);
+        for kind in ["seeds", "regressions"] {
+            let mut files: Vec<PathBuf> =
+                std::fs::read_dir(root.join("fuzz").join(kind).join(name))
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .collect();
+            files.sort();
+            for file in files {
+                let bytes = std::fs::read(&file).unwrap();
+                let limit = match target {
+                    Target::Dbn => 256 << 20,
+                    _ => bound(folder.bytes_with(&bytes)),
+                };
+                let (result, largest) =
+                    largest_allocation(|| catch_unwind(AssertUnwindSafe(|| folder.run(&bytes))));
+                let result = result.unwrap_or_else(|_| panic!("{} panicked", file.display()));
+                assert!(
+                    largest <= limit,
+                    "{}: an allocation of {largest} bytes (at most {limit})",
+                    file.display()
+                );
+                inputs += 1;
+                loaded += usize::from(kind == "seeds" && result.is_ok());
+            }
+        }
+        assert!(loaded >= 1, "{name}: no seed loads");
+        counts.push((name, inputs));
+    }
+    println!("fuzz inputs per target: {counts:?}");
+    assert!(!counts.is_empty());
 }

@@ -26,7 +26,9 @@
 //! ```
 //!
 //! CI runs a fixed seed and `CASES` cases; `MAMBA2_SSD_SEED` and `MAMBA2_SSD_CASES` change
-//! them for a long run (`docs/testing.md`).
+//! them for a long run (`docs/testing.md`). With `--features wgpu`, an ignored test (CI's Wgpu
+//! stage) runs a few drawn cases through the fused GPU kernels, each variant of their
+//! intra-chunk products in turn.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::Backend;
@@ -668,8 +670,12 @@ impl Leaves<NdArray<f32>> {
     }
 }
 
-/// The smallest case that still fails, from a failing one, and its failure.
-fn shrink(mut case: Case, mut failure: String) -> (Case, String) {
+/// The smallest case that still fails `check`, from a failing one, and its failure.
+fn shrink(
+    mut case: Case,
+    mut failure: String,
+    check: impl Fn(&Case) -> Result<(f64, f64), String>,
+) -> (Case, String) {
     'outer: loop {
         for smaller in case.smaller() {
             if let Err(e) = check(&smaller) {
@@ -719,7 +725,7 @@ fn random_ssd_cases_agree_on_every_path() {
                 worst64 = worst64.max(w64);
             }
             Err(e) => {
-                let (small, e) = shrink(case, e);
+                let (small, e) = shrink(case, e, check);
                 panic!(
                     "case {i} of seed {seed} failed ({}); smallest failing case: {e}\n\
                      reproduce: MAMBA2_SSD_CASE=\"{}\" cargo test --release --test suite ssd_random",
@@ -732,5 +738,88 @@ fn random_ssd_cases_agree_on_every_path() {
     eprintln!(
         "{cases} random SSD cases (seed {seed}): worst errors against f64 {worst:.2e} (y, \
          states), {worst64:.2e} (gradients)"
+    );
+}
+
+/// The fused scan on `Bk` with its intra-chunk products as `products`, `y`, the final state
+/// and every gradient against the exact values in `f64`.
+#[cfg(feature = "wgpu")]
+fn check_fused<Bk: mamba2_burn::SsdAutodiffBackend>(
+    case: &Case,
+    products: mamba2_burn::ScanProducts,
+) -> Result<(f64, f64), String> {
+    let v = Values::draw(case);
+    let leaves = Leaves::<Bk>::new(case, &v);
+    let input = leaves
+        .input(case.q)
+        .fused_kernels(FusedKernels::Always)
+        .scan_products(products);
+    let (y, s) = ssd_chunked(input);
+    let fused = leaves.outputs(case, &v, y, s);
+    let what = format!("fused on Wgpu ({products:?} products)");
+    Ok((
+        compare_exact(&what, &fused, &recurrence_f64(case, &v), TOL)?,
+        compare_exact(&what, &fused, &grads_f64(case, &v), TOL)?,
+    ))
+}
+
+/// On Wgpu (lavapipe in CI's Wgpu stage): the fused scan's kernels with every gradient against
+/// the exact values, for `WGPU_CASES` cases drawn as above (chunks of at most 256, the longest
+/// the kernels take), each variant of the intra-chunk products in turn. Few, as each shape
+/// compiles its own kernels there; `MAMBA2_SSD_WGPU_CASES` runs more.
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
+fn random_ssd_cases_agree_on_wgpu() {
+    use mamba2_burn::ScanProducts;
+    type W = Autodiff<burn::backend::Wgpu>;
+    const WGPU_CASES: u64 = 6;
+    let variants = [
+        ScanProducts::Tiled,
+        ScanProducts::Transient,
+        ScanProducts::TensorCores,
+    ];
+    if let Ok(text) = std::env::var("MAMBA2_SSD_CASE") {
+        // one case, every variant
+        let case = Case::parse(&text);
+        for products in variants {
+            if let Err(e) = check_fused::<W>(&case, products) {
+                panic!("{} ({products:?} products): {e}", case.repro());
+            }
+        }
+        return;
+    }
+    let seed = env_number("MAMBA2_SSD_SEED", SEED);
+    let cases = env_number("MAMBA2_SSD_WGPU_CASES", WGPU_CASES) as usize;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x3c6e_f372);
+    let (mut worst, mut worst64) = (0.0f64, 0.0f64);
+    for i in 0..cases {
+        let drawn = Case::draw(&mut rng);
+        let case = Case {
+            q: drawn.q.min(256),
+            ..drawn
+        };
+        let products = variants[i % variants.len()];
+        let check = |c: &Case| check_fused::<W>(c, products);
+        match check(&case) {
+            Ok((w, w64)) => {
+                worst = worst.max(w);
+                worst64 = worst64.max(w64);
+            }
+            Err(e) => {
+                let (small, e) = shrink(case, e, check);
+                panic!(
+                    "Wgpu case {i} of seed {seed} ({products:?} products) failed ({}); smallest \
+                     failing case: {e}\nreproduce: MAMBA2_SSD_CASE=\"{}\" cargo test --release \
+                     --features wgpu --test suite ssd_random -- --ignored",
+                    case.repro(),
+                    small.repro()
+                );
+            }
+        }
+    }
+    eprintln!(
+        "{cases} random SSD cases on Wgpu (seed {seed}): worst errors against f64 {worst:.2e} \
+         (y, states), {worst64:.2e} (gradients)"
     );
 }

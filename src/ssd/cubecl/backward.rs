@@ -34,10 +34,12 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{part, rank5, rank6, recompute, Dims};
+use super::dims::{part, rank5, rank6, Dims};
+use super::forward::recompute;
 use super::inputs::Inputs;
 use super::launch::{empty, empty_as, f32_type, launch, types, unused, TileMode};
 use super::product::product;
+use super::transient::Scores;
 use crate::ssd::geometry::{BLOCK, SPAN_WIDTH};
 use crate::ssd::primitive::{float, primitive};
 
@@ -100,7 +102,11 @@ where
     // the intra-chunk products in the kernels, or read from the matmul's
     let mode = TileMode::of(&x, f.products, d.e);
     let (intra, dyx) = if mode.transient {
-        super::transient::gradient::<R, F, I, BT>(&x, &dt, &dy, &s, d)
+        let scores = Scores {
+            cb: &s.cb,
+            da: &s.decays.da,
+        };
+        super::transient::gradient::<R, F, I, BT>(&x, &dt, &dy, &scores, d)
     } else {
         (unused(&x), unused(&x))
     };

@@ -25,100 +25,17 @@
 //! transient, of the size of `x`, and in the model's type; the decays, the states and every
 //! sum of the kernels are `f32`.
 
-use burn::tensor::{DType, Tensor};
+use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
+use super::dims::{part, rank5, rank6, Dims};
 use super::inputs::Inputs;
-use super::kernels;
 use super::launch::{empty, empty_as, launch, types, unused, TileMode};
 use super::product::product;
+use super::transient::Scores;
 use crate::ssd::geometry::BLOCK;
-use crate::ssd::primitive::{float, primitive};
-
-/// The sizes of one scan: batch `b`, length `l`, heads `h`, groups `g` (`r = h / g` heads
-/// each), head dimension `p`, state dimension `n`, chunk length `q` and chunks `c = ⌈l / q⌉`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Dims {
-    pub(super) b: usize,
-    pub(super) l: usize,
-    pub(super) h: usize,
-    pub(super) g: usize,
-    pub(super) r: usize,
-    pub(super) p: usize,
-    pub(super) n: usize,
-    pub(super) q: usize,
-    pub(super) c: usize,
-    /// The products' operand type.
-    pub(super) e: DType,
-}
-
-impl Dims {
-    pub(super) fn of<B: burn::tensor::backend::Backend>(f: &Inputs<B>) -> Self {
-        let [b, l, h, p] = f.x.dims();
-        let [_, _, g, n] = f.b_mat.dims();
-        let q = f.chunk_size;
-        Self {
-            b,
-            l,
-            h,
-            g,
-            r: h / g,
-            p,
-            n,
-            q,
-            c: l.div_ceil(q),
-            e: f.operand,
-        }
-    }
-
-    /// The sizes as the kernels take them.
-    pub(super) fn sizes<R: CubeRuntime>(&self) -> kernels::SizesLaunch<R> {
-        kernels::SizesLaunch::new(
-            self.b, self.l, self.h, self.g, self.p, self.n, self.c, self.q,
-        )
-    }
-}
-
-/// A `[.., ..]` tensor of rank 5 of the `CubeBackend`, for the products.
-pub(super) fn rank5<R, F, I, BT>(t: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, 5>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    float::<CubeBackend<R, F, I, BT>, 5>(t)
-}
-
-/// A stacked `[k, ..]` tensor of rank 6 of the `CubeBackend`, for the stacked products.
-pub(super) fn rank6<R, F, I, BT>(t: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, 6>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    float::<CubeBackend<R, F, I, BT>, 6>(t)
-}
-
-/// Part `which` of a stacked `[k, b, c, g, q, w]` tensor, `[b, c, g, q, w]`: a view (narrowed
-/// along the stack, then reshaped while contiguous; a copy only where the part's offset breaks
-/// the device's alignment).
-pub(super) fn part<R, F, I, BT>(
-    stacked: &CubeTensor<R>,
-    which: usize,
-) -> Tensor<CubeBackend<R, F, I, BT>, 5>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    let t = rank6::<R, F, I, BT>(stacked.clone());
-    let [_, b, c, g, q, w] = t.dims();
-    t.narrow(0, which, 1).reshape([b, c, g, q, w])
-}
+use crate::ssd::primitive::primitive;
 
 /// The log-decays in forward time: `dA`, their inclusive sums within each chunk and the decay
 /// from each position to its chunk's end, `[b, h, c·q]` each.
@@ -300,7 +217,11 @@ where
     // step 7 (the intra-chunk products in the kernel, or read from the matmul's)
     let mode = TileMode::of(&x, f.products, d.e);
     let intra = if mode.transient {
-        super::transient::output::<R, F, I, BT>(&x, &dt, &s, d)
+        let scores = Scores {
+            cb: &s.cb,
+            da: &s.decays.da,
+        };
+        super::transient::output::<R, F, I, BT>(&x, &dt, &scores, d)
     } else {
         unused(&x)
     };

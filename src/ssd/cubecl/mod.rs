@@ -13,6 +13,7 @@
 //! ([`transient`]).
 
 mod backward;
+mod dims;
 mod forward;
 mod fusion;
 mod inputs;

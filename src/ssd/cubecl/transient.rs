@@ -9,20 +9,27 @@ use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 
-use super::forward::{rank5, Dims, Recomputed};
+use super::dims::{rank5, Dims};
 use super::launch::{empty_as, launch, types};
 use super::product::product;
 use crate::ssd::geometry::BLOCK;
+
+/// The forward's decay inputs of the intra-chunk matrix: the scores `C·Bᵀ` `[b, c, g, q, q]`
+/// and the log-decays `dA` `[b, h, c·q]`.
+pub(super) struct Scores<'a, R: CubeRuntime> {
+    pub(super) cb: &'a CubeTensor<R>,
+    pub(super) da: &'a CubeTensor<R>,
+}
 
 /// Each head's intra-chunk matrix `M` `[b, c, h, q, q]` in the operand type, with `dt` folded
 /// into its columns where `with_dt` ([`super::kernels::intra_weights`]).
 fn weights<R: CubeRuntime>(
     dt: &CubeTensor<R>,
-    s: &Recomputed<R>,
+    s: &Scores<'_, R>,
     d: Dims,
     with_dt: bool,
 ) -> CubeTensor<R> {
-    let (cb, da) = (&s.cb, &s.decays.da);
+    let (cb, da) = (s.cb, s.da);
     let weights = empty_as(dt, [d.b, d.c, d.h, d.q, d.q], d.e);
     let tiles = d.q.div_ceil(BLOCK);
     launch!(
@@ -49,7 +56,7 @@ fn chunk_rows<R: CubeRuntime>(t: &CubeTensor<R>, d: Dims) -> CubeTensor<R> {
 pub(super) fn output<R, F, I, BT>(
     x: &CubeTensor<R>,
     dt: &CubeTensor<R>,
-    s: &Recomputed<R>,
+    s: &Scores<'_, R>,
     d: Dims,
 ) -> CubeTensor<R>
 where
@@ -68,7 +75,7 @@ pub(super) fn gradient<R, F, I, BT>(
     x: &CubeTensor<R>,
     dt: &CubeTensor<R>,
     dy: &CubeTensor<R>,
-    s: &Recomputed<R>,
+    s: &Scores<'_, R>,
     d: Dims,
 ) -> (CubeTensor<R>, CubeTensor<R>)
 where
