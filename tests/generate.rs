@@ -225,10 +225,10 @@ fn bad_generation_input_is_a_typed_error() {
 mod text {
     use super::*;
     use mamba2_burn::tokenizer::Tokenizer;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
     fn tokenizer_dir() -> PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")
     }
 
     fn tokenizer() -> Tokenizer {
@@ -304,6 +304,82 @@ mod text {
                 }
                 other => panic!("expected InvalidInput for {bad}, got {other:?}"),
             }
+            let tokenizer = tokenizer();
+            let mut stream = tokenizer.stream();
+            match stream.push(bad) {
+                Err(Mamba2Error::InvalidInput { name, reason }) => {
+                    assert_eq!(name, "id");
+                    assert!(reason.contains(&bad.to_string()), "{reason}");
+                }
+                other => panic!("expected InvalidInput for {bad}, got {other:?}"),
+            }
         }
+    }
+
+    /// Files the `tokenizers` crate reads but fails on, or panics on: each an error naming the
+    /// file; and a vocabulary with gaps in its ids, which works (each found by fuzzing
+    /// `tokenizer.json`; their inputs are in `fuzz/regressions/tokenizer_json`).
+    #[test]
+    fn tokenizer_files_it_cannot_use_are_errors_naming_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = std::fs::read_to_string(fixture_root().join("tiny/tokenizer.json")).unwrap();
+        let file = dir.path().join("tokenizer.json");
+        fn named<T>(result: Result<T, Mamba2Error>, file: &Path, what: &str) {
+            match result {
+                Err(Mamba2Error::File { file: at, reason }) => {
+                    assert_eq!(at, file, "{what}: {reason}")
+                }
+                Err(other) => panic!("{what}: expected an error naming the file, got {other}"),
+                Ok(_) => panic!("{what}: expected an error naming the file"),
+            }
+        }
+
+        // the model's unknown token missing from its vocabulary: it reads, and a text with a
+        // character outside the vocabulary cannot be encoded, the file's fault
+        let unk = good.replacen("\"<unk>\": 0", "\"?unk>\": 0", 1);
+        assert_ne!(unk, good, "the fixture's vocabulary has <unk>");
+        std::fs::write(&file, unk).unwrap();
+        let unk = Tokenizer::from_file(&file).unwrap();
+        named(
+            unk.encode("Mamba-2 reads a tick."),
+            &file,
+            "unk not in vocab",
+        );
+
+        // a vocabulary whose ids leave a gap: an id above the vocabulary's size is one of its
+        // own, decoded as any other
+        let gap = good.replacen("\"▁a\": 29,", "\"▁a\": 89,", 1);
+        assert_ne!(gap, good, "the fixture's vocabulary has ▁a");
+        std::fs::write(&file, gap).unwrap();
+        let (gap, good) = (Tokenizer::from_file(&file).unwrap(), tokenizer());
+        let text = "the state of a sequence";
+        let (ids, expected) = (gap.encode(text).unwrap(), good.encode(text).unwrap());
+        assert_eq!(gap.vocab_size(), 64);
+        assert!(ids.contains(&89), "{ids:?}");
+        assert_eq!(
+            ids,
+            expected
+                .iter()
+                .map(|&id| if id == 29 { 89 } else { id })
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(gap.decode(&ids).unwrap(), good.decode(&expected).unwrap());
+        let mut stream = gap.stream();
+        let streamed: String = ids
+            .iter()
+            .filter_map(|&id| stream.push(id).unwrap())
+            .collect();
+        assert_eq!(streamed, good.decode(&expected).unwrap());
+        assert!(gap.decode(&[29]).is_err(), "29 is the gap");
+
+        // a decoder the tokenizers crate's deserializer panics on (`expect("Helper")`)
+        let panics = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/regressions/tokenizer_json/decoder_expect_helper.json");
+        std::fs::copy(panics, &file).unwrap();
+        named(
+            Tokenizer::from_file(&file),
+            &file,
+            "decoder the deserializer panics on",
+        );
     }
 }

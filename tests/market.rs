@@ -307,6 +307,17 @@ fn bad_files_are_errors_that_name_the_file() {
         &corrupt,
         "corrupt",
     );
+    // a record length not a multiple of 8 bytes: the next record would start unaligned,
+    // where the dbn crate's decoder takes it in place (found by fuzzing)
+    let mut bad = bytes.clone();
+    let first = bytes.len() - 6 * record;
+    bad[first] = (record / 4 + 1) as u8;
+    let unaligned = at("unaligned.dbn", &bad);
+    file_error(
+        market_series(std::slice::from_ref(&unaligned), SEC),
+        &unaligned,
+        "record 0 declares",
+    );
     let metadata_only = at("no_records.dbn", &bytes[..bytes.len() - 6 * record]);
     file_error(
         market_series(std::slice::from_ref(&metadata_only), SEC),
@@ -344,6 +355,20 @@ fn bad_files_are_errors_that_name_the_file() {
         market_series(std::slice::from_ref(&good), 0),
         Err(Mamba2Error::InvalidInput { .. })
     ));
+    // a timestamp past signed 64-bit nanoseconds (2262): corrupt, where an hourly grid up to
+    // it would be millions of rows of two records (found by fuzzing)
+    let future = dir.path().join("future.dbn");
+    write_dbn(
+        &future,
+        Some(Schema::Trades),
+        &[trade(1, 0, 1.0, 1), trade(1, i64::MAX as u64 + 1, 1.0, 1)],
+        Compression::None,
+    );
+    file_error(
+        market_series(std::slice::from_ref(&future), 3600 * SEC),
+        &future,
+        "record 1 has timestamp",
+    );
     // a 1 ns grid over a long span is refused rather than allocated
     let long = dir.path().join("long.dbn");
     write_dbn(
@@ -365,8 +390,9 @@ const DBN_INPUTS: usize = 3000;
 /// and repeated ranges, extreme integers over length, size and timestamp fields) each decode
 /// or give an error naming the file: no panic, and no single allocation above 256 MiB. (A
 /// series' rows grow with the span of its timestamps, which a flipped bit can stretch to
-/// centuries: the grid here is an hour, so that the largest span a u64 timestamp allows stays
-/// within the bound; `MAX_GRID_ROWS` caps the rows at any interval.)
+/// centuries: the grid here is an hour, so that the largest span a timestamp may have (to 2262,
+/// after which one is refused as corrupt) stays within the bound; `MAX_GRID_ROWS` caps the rows
+/// at any interval.)
 #[test]
 fn mutated_dbn_files_decode_or_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

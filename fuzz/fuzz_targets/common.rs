@@ -14,13 +14,21 @@ pub fn folder(name: &str, target: Target) -> Folder {
 }
 
 /// The fuzz target of one loader: each input written as `$target`'s file in the target's
-/// folder and read (`Folder::run`, which panics on an error that names none of its files).
+/// folder and read (`Folder::run`, which panics on an error that names none of its files). A
+/// dependency whose panics the crate catches (`Target::caught`) has them unwind to that catch;
+/// any other panic aborts, a finding (`loaders::unwind_quietly`).
 macro_rules! loader_target {
     ($name:literal, $target:expr) => {
         static FOLDER: std::sync::OnceLock<loaders::Folder> = std::sync::OnceLock::new();
 
         libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-            let folder = FOLDER.get_or_init(|| common::folder($name, $target));
+            let folder = FOLDER.get_or_init(|| {
+                // here, after libFuzzer has set its panic hook
+                if let Some(dependency) = $target.caught() {
+                    loaders::unwind_quietly(dependency);
+                }
+                common::folder($name, $target)
+            });
             let _ = folder.run(data);
         });
     };

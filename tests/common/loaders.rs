@@ -60,7 +60,19 @@ impl Target {
         }
     }
 
+    /// The dependency (a part of its source path) whose panics the crate catches for this
+    /// target and returns as errors: the `tokenizers` crate's deserializers `expect` on some
+    /// malformed files (`src/tokenizer.rs`). See [`unwind_quietly`].
+    pub fn caught(self) -> Option<&'static str> {
+        match self {
+            Target::TokenizerJson => Some("/tokenizers-"),
+            _ => None,
+        }
+    }
+
     /// Whether this build has the crate feature the target's loader needs.
+    // a `match` of `cfg!` values: without those features it reads like `matches!`
+    #[allow(clippy::match_like_matches_macro)]
     pub fn built(self) -> bool {
         match self {
             Target::PytorchBin => cfg!(feature = "pytorch"),
@@ -69,6 +81,27 @@ impl Target {
             _ => true,
         }
     }
+}
+
+/// Lets the panics raised inside `dependency` (a part of their source path: a target's
+/// [`Target::caught`]) unwind to the crate's catch without a word, and hands every other panic
+/// to the hook installed before: libFuzzer's, which aborts (a finding), or the test harness's.
+/// Without it, libFuzzer's hook would abort on a panic the crate catches, and the default
+/// hook's backtrace (with `RUST_BACKTRACE` set) would allocate megabytes that the allocation
+/// bound counts against the loader. Once per process; the hook is the process's.
+pub fn unwind_quietly(dependency: &'static str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let other = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let caught = info
+                .location()
+                .is_some_and(|at| at.file().contains(dependency));
+            if !caught {
+                other(info);
+            }
+        }));
+    });
 }
 
 /// The folder a target reads in, with the fixture files it needs.
