@@ -359,7 +359,7 @@ fn check_record_lengths(
     let mut index = 0usize;
     while at < bytes.len() {
         let size = bytes[at] as usize * dbn::RecordHeader::LENGTH_MULTIPLIER;
-        if size < HEADER || size % 8 != 0 {
+        if size < HEADER || !size.is_multiple_of(8) {
             return Err(Mamba2Error::file(
                 path,
                 format!(
