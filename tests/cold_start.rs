@@ -2,16 +2,19 @@
 //! training steps of a small language model compile on Wgpu from empty caches (every one a JIT
 //! compilation at a process's start: NVRTC on Cuda), and none after the third step.
 //!
-//! A binary of its own: it gives CubeCL its configuration (a compilation log and caches in a
-//! temporary folder), which a process can do once, before any device client starts. Ignored by
-//! default as it needs a Vulkan driver; without a GPU, Mesa's lavapipe:
+//! The steps run in a child process (this binary again, running the ignored test
+//! `cold_start::child` with `MAMBA2_COLD_START_CHILD` set): they give CubeCL its configuration
+//! (a compilation log and caches in a temporary folder), which a process can do once, before
+//! any device client starts, and the suite's other Wgpu tests start clients of their own.
+//! Ignored by default as it needs a Vulkan driver; without a GPU, Mesa's lavapipe:
 //!
 //! ```text
-//! cargo test --release --features wgpu --test cold_start -- --ignored --nocapture
+//! cargo test --release --features wgpu --test suite cold_start -- --ignored --nocapture
 //! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Command;
 
 use burn::backend::{Autodiff, Wgpu};
 use burn::optim::{AdamWConfig, Optimizer};
@@ -61,9 +64,35 @@ fn batch(device: &burn::backend::wgpu::WgpuDevice) -> LmBatch<B> {
     }
 }
 
+/// The environment variable that makes [`child`] run the steps.
+const CHILD_VAR: &str = "MAMBA2_COLD_START_CHILD";
+
+/// Runs [`child`] in a new process of this binary, whose CubeCL nothing has configured yet.
 #[test]
 #[ignore = "needs a Vulkan driver (lavapipe without a GPU): -- --ignored"]
 fn training_compiles_a_bounded_set_of_kernels_and_none_after_the_third_step() {
+    let status = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "cold_start::child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_VAR, "1")
+        .status()
+        .expect("a child process");
+    assert!(status.success(), "the cold-start steps failed: {status}");
+}
+
+/// The child: the model's initialisation and six training steps from empty caches, the kernels
+/// each compiles counted. Without `MAMBA2_COLD_START_CHILD`, nothing.
+#[test]
+#[ignore = "the child process of the cold-start guard above"]
+fn child() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
     let dir = tempfile::tempdir().expect("a temporary folder");
     let log = dir.path().join("kernels.log");
     let setup = CubeclSetup::from_env()

@@ -1,8 +1,10 @@
 //! The test suite in one binary: each file a module, so that the models' code for each backend
 //! (NdArray, Autodiff, Wgpu with and without fusion, the Learner) is compiled once, not once per
-//! file. Binaries of their own: the loaders' mutation tests (`fuzz.rs`, `market.rs`), which
-//! measure the largest allocation of the whole process, and the `f64` gradient checks
-//! (`gradcheck_f64.rs`), which set the NdArray device's float type before any tensor exists.
+//! file. The cold-start guard (`cold_start.rs`), which configures CubeCL for a whole process,
+//! runs its steps in a child process of this binary. Binaries of their own: the loaders'
+//! mutation tests (`fuzz.rs`, `market.rs`), which measure the largest allocation of the whole
+//! process, and the `f64` gradient checks (`gradcheck_f64.rs`), which set the NdArray device's
+//! float type before any tensor exists.
 //!
 //! `cargo test --release --features dbn,wgpu --test suite [NAME]` runs it, or the tests whose
 //! path contains NAME (`reference`, `paths::ndarray`, ...).
@@ -11,6 +13,8 @@ mod common;
 
 mod backend;
 mod checkpoints;
+#[cfg(feature = "wgpu")]
+mod cold_start;
 mod errors;
 mod export;
 #[cfg(feature = "timeseries")]

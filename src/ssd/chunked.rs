@@ -566,6 +566,14 @@ pub(crate) mod tests {
         }
     }
 
+    /// CubeCL configured as a model's `init` configures it (`cubecl_setup`: the crate's caches,
+    /// which `MAMBA2_BURN_CUBECL_CACHE` moves), before a test's first tensor, so that every
+    /// process of a test run shares one compiled-kernel and autotune cache.
+    fn setup_for_tests() {
+        #[cfg(feature = "cubecl")]
+        crate::cubecl_setup::setup_cubecl();
+    }
+
     /// Each check, once per backend; on a device backend (`$ignore`) ignored unless asked for
     /// (`-- --ignored`), as it needs a device driver.
     macro_rules! on_backend {
@@ -576,12 +584,14 @@ pub(crate) mod tests {
                 #[test]
                 $(#[$ignore])?
                 fn state_passing_forms_agree() {
+                    super::setup_for_tests();
                     super::state_passing_forms_agree::<B>(&Default::default());
                 }
 
                 #[test]
                 $(#[$ignore])?
                 fn decay_matrix_matches_f64_on_strong_decays() {
+                    super::setup_for_tests();
                     super::decay_matrix_matches_f64_on_strong_decays::<B>(&Default::default());
                 }
             }

@@ -1,6 +1,7 @@
 //! The fused scan against the tensor-op form ([`fused_matches_tensor_ops`]) on
 //! `Fusion<CubeBackend>` (what `Wgpu` is) and on the bare `CubeBackend`, and its indices past
-//! 2³² on Cuda.
+//! 2³² on Cuda. Each Wgpu test configures CubeCL first, as a model's `init` does
+//! (`cubecl_setup`), so that the tests' processes share the crate's kernel and autotune caches.
 
 use burn::backend::Autodiff;
 
@@ -63,6 +64,7 @@ fn long_chunks_take_the_tensor_operations() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_wgpu() {
+    crate::cubecl_setup::setup_cubecl();
     fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
         &Default::default(),
         ScanProducts::Tiled,
@@ -76,6 +78,7 @@ fn fused_matches_tensor_ops_on_wgpu() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn transient_products_match_tensor_ops_on_wgpu() {
+    crate::cubecl_setup::setup_cubecl();
     fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
         &Default::default(),
         ScanProducts::Transient,
@@ -91,6 +94,7 @@ fn transient_products_match_tensor_ops_on_wgpu() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn tensor_core_products_match_tensor_ops_on_wgpu() {
+    crate::cubecl_setup::setup_cubecl();
     fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
         &Default::default(),
         ScanProducts::TensorCores,
@@ -102,6 +106,7 @@ fn tensor_core_products_match_tensor_ops_on_wgpu() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
+    crate::cubecl_setup::setup_cubecl();
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
     fused_matches_tensor_ops::<Autodiff<Cube>>(
         &Default::default(),
