@@ -179,10 +179,10 @@ mod tests {
     /// precedence over both.
     #[test]
     fn each_mixer_takes_its_own_path() {
-        use crate::ssd::chunked::tests::uniform;
         use crate::ssd::{override_fused_kernels, FusedKernels};
         use burn::tensor::backend::Backend;
-        use rand::{rngs::StdRng, SeedableRng};
+        use burn::tensor::{Tensor, TensorData};
+        use rand::{rngs::StdRng, Rng, SeedableRng};
         type B = burn::backend::NdArray;
         let device = Default::default();
         // the weights and the input drawn from fixed seeds: the same case in every run
@@ -197,12 +197,11 @@ mod tests {
         assert_eq!(never.fused_kernels(), FusedKernels::Never);
         let mut always = never.clone();
         always.set_fused_kernels(FusedKernels::Always);
-        let x = uniform::<B, 3>(
-            &mut StdRng::seed_from_u64(29),
-            [2, 21, 32],
-            -2.0..2.0,
-            &device,
-        );
+        let mut rng = StdRng::seed_from_u64(29);
+        let values: Vec<f32> = (0..2 * 21 * 32)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(values, [2, 21, 32]), &device);
         let run = |m: &Mamba2<B>| m.forward(x.clone(), None).unwrap().0.into_data();
         let (y_never, y_always) = (run(&never), run(&always));
         assert_ne!(y_never, y_always, "both mixers ran the same path");
