@@ -121,7 +121,7 @@ impl<'a, B: Backend> ParamInit<'a, B> {
 
 /// Gives CubeCL the crate's settings before a model's first parameter reaches a GPU device
 /// (`cubecl_setup`: every init and loader builds through [`ParamInit`]).
-fn setup_cubecl() {
+pub(crate) fn setup_cubecl() {
     #[cfg(feature = "cubecl")]
     crate::cubecl_setup::setup_cubecl();
 }

@@ -566,16 +566,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// CubeCL configured as a model's `init` configures it (`cubecl_setup`: the crate's caches,
-    /// which `MAMBA2_BURN_CUBECL_CACHE` moves), before a test's first tensor, so that every
-    /// process of a test run shares one compiled-kernel and autotune cache.
-    fn setup_for_tests() {
-        #[cfg(feature = "cubecl")]
-        crate::cubecl_setup::setup_cubecl();
-    }
-
     /// Each check, once per backend; on a device backend (`$ignore`) ignored unless asked for
-    /// (`-- --ignored`), as it needs a device driver.
+    /// (`-- --ignored`), as it needs a device driver. CubeCL is configured first as a model's
+    /// `init` configures it, so that a test run's processes share the crate's autotune cache.
     macro_rules! on_backend {
         ($module:ident, $backend:ty $(, $ignore:meta)?) => {
             mod $module {
@@ -584,14 +577,14 @@ pub(crate) mod tests {
                 #[test]
                 $(#[$ignore])?
                 fn state_passing_forms_agree() {
-                    super::setup_for_tests();
+                    crate::init::setup_cubecl();
                     super::state_passing_forms_agree::<B>(&Default::default());
                 }
 
                 #[test]
                 $(#[$ignore])?
                 fn decay_matrix_matches_f64_on_strong_decays() {
-                    super::setup_for_tests();
+                    crate::init::setup_cubecl();
                     super::decay_matrix_matches_f64_on_strong_decays::<B>(&Default::default());
                 }
             }

@@ -1,7 +1,7 @@
 //! The fused scan against the tensor-op form ([`fused_matches_tensor_ops`]) on
 //! `Fusion<CubeBackend>` (what `Wgpu` is) and on the bare `CubeBackend`, and its indices past
 //! 2³² on Cuda. Each Wgpu test configures CubeCL first, as a model's `init` does
-//! (`cubecl_setup`), so that the tests' processes share the crate's kernel and autotune caches.
+//! (`cubecl_setup`), so that the tests' processes share the crate's autotune cache.
 
 use burn::backend::Autodiff;
 
