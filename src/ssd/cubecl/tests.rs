@@ -1,23 +1,26 @@
 //! The fused scan against the tensor-op form ([`fused_matches_tensor_ops`]) on
-//! `Fusion<CubeBackend>` (what `Wgpu` is) and on the bare `CubeBackend`, and its indices past
+//! `Fusion<CubeBackend>` (what `Wgpu` is) and on the bare `CubeBackend` (the reference: the
+//! tensor operations on the CPU; those on each Wgpu backend on one case), and its indices past
 //! 2³² on Cuda. Each Wgpu test configures CubeCL first, as a model's `init` does
 //! (`cubecl_setup`), so that the tests' processes share the crate's autotune cache.
 
 use burn::backend::Autodiff;
 
+use crate::ssd::backend::SsdAutodiffBackend;
 use crate::ssd::fused::ScanProducts;
 #[cfg(feature = "cuda")]
 use crate::ssd::tests::Tolerance;
 use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
 #[cfg(feature = "cuda")]
 use {
-    crate::ssd::backend::SsdAutodiffBackend,
     crate::ssd::chunked::tests::{assert_within, uniform},
     crate::ssd::fused::FusedKernels,
     crate::ssd::{ssd_chunked, SsdInput},
     burn::tensor::Tensor,
     rand::{rngs::StdRng, SeedableRng},
 };
+#[cfg(feature = "wgpu")]
+use {crate::ssd::tests::tensor_ops_match, burn::backend::wgpu::WgpuDevice};
 
 /// On Cuda: the fused scan's products run on tensor cores (`product.rs`) and Burn's matmul
 /// may too (its autotune picks cubek's accelerated kernels where they are fastest), so `f32`
@@ -60,14 +63,41 @@ fn long_chunks_take_the_tensor_operations() {
     }
 }
 
+/// Wgpu's backend without kernel fusion.
+#[cfg(feature = "wgpu")]
+type WgpuCube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+
+/// The reference of the Wgpu tests: the tensor operations on the CPU. On lavapipe nearly all
+/// of these tests' time is compiling kernels, above all the candidates of Burn's matmul
+/// autotune at each new shape, and the tensor-op form issues many more matmuls than the fused
+/// scan; so the fused scan runs on the device, and the tensor operations there only in
+/// [`tensor_ops_match`], on the case that takes every branch of them.
+#[cfg(feature = "wgpu")]
+type Cpu = Autodiff<burn::backend::NdArray>;
+
+/// The fused scan on `B` (a Wgpu backend) with `products` against the tensor operations on
+/// the CPU, on every case.
+#[cfg(feature = "wgpu")]
+fn fused_matches_cpu<B: SsdAutodiffBackend<Device = WgpuDevice>>(products: ScanProducts) {
+    crate::cubecl_setup::setup_cubecl();
+    fused_matches_tensor_ops::<B, Cpu>(
+        &WgpuDevice::default(),
+        &Default::default(),
+        products,
+        F32_PRODUCTS,
+    );
+}
+
+/// The fused scan on `Wgpu` as users get it (`Fusion<CubeBackend>`), and the tensor operations
+/// there on one case.
 #[cfg(feature = "wgpu")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_wgpu() {
-    crate::cubecl_setup::setup_cubecl();
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
+    fused_matches_cpu::<Autodiff<burn::backend::Wgpu>>(ScanProducts::Tiled);
+    tensor_ops_match::<Autodiff<burn::backend::Wgpu>, Cpu>(
+        &WgpuDevice::default(),
         &Default::default(),
-        ScanProducts::Tiled,
         F32_PRODUCTS,
     );
 }
@@ -78,12 +108,7 @@ fn fused_matches_tensor_ops_on_wgpu() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn transient_products_match_tensor_ops_on_wgpu() {
-    crate::cubecl_setup::setup_cubecl();
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
-        &Default::default(),
-        ScanProducts::Transient,
-        F32_PRODUCTS,
-    );
+    fused_matches_cpu::<Autodiff<burn::backend::Wgpu>>(ScanProducts::Transient);
 }
 
 /// The tiles' products on fragments (`ScanProducts::TensorCores`) on Wgpu: lavapipe has no
@@ -94,23 +119,19 @@ fn transient_products_match_tensor_ops_on_wgpu() {
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn tensor_core_products_match_tensor_ops_on_wgpu() {
-    crate::cubecl_setup::setup_cubecl();
-    fused_matches_tensor_ops::<Autodiff<burn::backend::Wgpu>>(
-        &Default::default(),
-        ScanProducts::TensorCores,
-        F32_PRODUCTS,
-    );
+    fused_matches_cpu::<Autodiff<burn::backend::Wgpu>>(ScanProducts::TensorCores);
 }
 
+/// The same on the bare `CubeBackend` (Wgpu without kernel fusion), and its tensor operations
+/// on one case.
 #[cfg(feature = "wgpu")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
-    crate::cubecl_setup::setup_cubecl();
-    type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
-    fused_matches_tensor_ops::<Autodiff<Cube>>(
+    fused_matches_cpu::<Autodiff<WgpuCube>>(ScanProducts::Tiled);
+    tensor_ops_match::<Autodiff<WgpuCube>, Cpu>(
+        &WgpuDevice::default(),
         &Default::default(),
-        ScanProducts::Tiled,
         F32_PRODUCTS,
     );
 }
@@ -124,8 +145,10 @@ fn fused_matches_tensor_ops_on_cuda() {
         ScanProducts::Transient,
         ScanProducts::TensorCores,
     ] {
-        fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>>(
-            &Default::default(),
+        let device = Default::default();
+        fused_matches_tensor_ops::<Autodiff<burn::backend::Cuda>, Autodiff<burn::backend::Cuda>>(
+            &device,
+            &device,
             products,
             TF32_PRODUCTS,
         );

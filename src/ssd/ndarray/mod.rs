@@ -452,7 +452,13 @@ mod tests {
     fn fused_matches_tensor_ops_on_ndarray() {
         // NdArray's fused scan has no intra-chunk variants: it ignores the choice
         let products = crate::ssd::fused::ScanProducts::Tiled;
-        fused_matches_tensor_ops::<Autodiff<NdArray>>(&Default::default(), products, F32_PRODUCTS);
+        let device = Default::default();
+        fused_matches_tensor_ops::<Autodiff<NdArray>, Autodiff<NdArray>>(
+            &device,
+            &device,
+            products,
+            F32_PRODUCTS,
+        );
     }
 
     /// Every chunk length runs fused in both float types; autodiff wraps the inner backend's.
