@@ -5,6 +5,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use crate::ssd::backend::{SsdAutodiffBackend, SsdBackend};
+use crate::ssd::chunked::tests::uniform_data;
 use crate::ssd::fused::{FusedKernels, ScanProducts};
 use crate::ssd::{ssd_chunked, ssd_chunked_tensor_ops, SsdInput};
 
@@ -152,14 +153,6 @@ struct Draw {
     /// the weights of the loss `Σ y·w_y + Σ state·w_s`
     w_y: TensorData,
     w_s: TensorData,
-}
-
-/// `shape`'s values uniform in `range`.
-fn uniform_data(rng: &mut StdRng, shape: &[usize], range: std::ops::Range<f32>) -> TensorData {
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|_| rng.random_range(range.clone()))
-        .collect();
-    TensorData::new(values, shape.to_vec())
 }
 
 impl Draw {
