@@ -116,15 +116,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
             (BLOCK * n).div_ceil(KERNEL_CUBE) + KERNEL_CUBE,
         );
         // the scores' gradient and the pairs' sums as in the other variant, dy·xᵀ read
-        let flops = b
-            * c
-            * g
-            * r
-            * tile
-            * (weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
-                + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
-                + rows * 2 * BLOCK
-                + (pairs - rows) * 4);
+        let flops = b * c * g * r * tile * score_grad_weights(rows, pairs);
         plan.tiled(
             "score_grads",
             LaunchKind::Tiled,
@@ -161,15 +153,8 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         // diagonal also each row's terms of its tile up to i, one sum per row as for the columns),
         // the pairs' sums (a loop over the tile per element on the diagonal, sums of rows and
         // columns below)
-        let flops = b
-            * c
-            * g
-            * r
-            * tile
-            * (pairs * 2 * BLOCK * cols + weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
-                + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
-                + rows * 2 * BLOCK
-                + (pairs - rows) * 4);
+        let flops =
+            b * c * g * r * tile * (pairs * 2 * BLOCK * cols + score_grad_weights(rows, pairs));
         plan.tiled(
             "score_grads",
             LaunchKind::Tiled,
@@ -222,4 +207,16 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         false,
     );
     plan.launches
+}
+
+/// The FLOPs per element of `score_grads`' tile, per head, but its `dy·xᵀ` (`rows` tiles of a
+/// chunk, `pairs` tile pairs on and below the diagonal): the weights of every tile pair (below
+/// the diagonal also each row's terms of its tile up to `i`, one sum per row as for the
+/// columns) and the pairs' sums (a loop over the tile per element on the diagonal, sums of rows
+/// and columns below).
+fn score_grad_weights(rows: usize, pairs: usize) -> usize {
+    weighted_tiles(rows, pairs) - pairs * 2 * BLOCK
+        + (pairs - rows) * 2 * (BLOCK + 1) / BLOCK
+        + rows * 2 * BLOCK
+        + (pairs - rows) * 4
 }
