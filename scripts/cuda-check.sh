@@ -49,7 +49,7 @@ build() {
     export CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
     mkdir -p "$BIN"
     # the test binaries: cargo prints their paths with --message-format=json
-    cargo test --release --features cuda --no-run --lib --test suite \
+    cargo test --release --features cuda,cuda-tests --no-run --lib --test suite \
         --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 \
         | while read -r exe; do

@@ -145,7 +145,7 @@ cases_on!(
     1e-5
 );
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 cases_on!(
     cuda,
     burn::backend::Cuda<f32, i32>,

@@ -572,7 +572,7 @@ mod wgpu {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 mod cuda {
     use super::*;
     use burn::backend::cuda::CudaDevice;

@@ -8,10 +8,10 @@ use burn::backend::Autodiff;
 
 use crate::ssd::backend::SsdAutodiffBackend;
 use crate::ssd::fused::ScanProducts;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 use crate::ssd::tests::Tolerance;
 use crate::ssd::tests::{fused_matches_tensor_ops, F32_PRODUCTS};
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 use {
     crate::ssd::chunked::tests::{assert_within, uniform},
     crate::ssd::fused::FusedKernels,
@@ -26,7 +26,7 @@ use {crate::ssd::tests::tensor_ops_match, burn::backend::wgpu::WgpuDevice};
 /// may too (its autotune picks cubek's accelerated kernels where they are fastest), so `f32`
 /// operands multiply as TF32, with f16's 10-bit mantissa, on both paths, in different products:
 /// the tolerances of the half-precision reference tests (`tests/reference.rs`).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 const TF32_PRODUCTS: Tolerance = Tolerance {
     forward: 1e-2,
     grad: 7.5e-2,
@@ -38,7 +38,7 @@ const TF32_PRODUCTS: Tolerance = Tolerance {
 fn long_chunks_take_the_tensor_operations() {
     use super::FUSED_MAX_CHUNK;
     use crate::ssd::backend::SsdBackend;
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-tests"))]
     use crate::ssd::fused::FusedKernels;
     use burn::tensor::DType;
     type Cube = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
@@ -136,7 +136,7 @@ fn fused_matches_tensor_ops_on_cube_backend_without_fusion() {
     );
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 #[test]
 #[ignore = "needs a device driver: run with -- --ignored"]
 fn fused_matches_tensor_ops_on_cuda() {
@@ -160,7 +160,7 @@ fn fused_matches_tensor_ops_on_cuda() {
 /// last eight heads (and groups) equal those of a scan of those alone (every buffer of that one
 /// below 2³²), so an index that wrapped at 2³² would read another group's or chunk's values.
 /// About 45 GB of device memory: Cuda only (WGSL has no 64-bit integers).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
     let (b, h, p, g, n, q) = (1, 72, 2, 72, 2, 256);
     let l = 960 * q;
@@ -241,7 +241,7 @@ fn indices_past_u32<B: SsdAutodiffBackend>(device: &B::Device) {
     assert_within("dA", whole.4.narrow(0, h - 8, 8), part.4, grad);
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-tests")]
 #[test]
 #[ignore = "needs a GPU with about 40 GB: run with -- --ignored"]
 fn indices_past_u32_read_the_right_elements_on_cuda() {
