@@ -29,6 +29,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::Parser;
+use mamba2_burn::cubecl_setup::{Applied, CubeclSetup};
 
 use report::Row;
 use toolkit::Toolkit;
@@ -96,6 +97,20 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
+    }
+
+    // CubeCL as the crate's models set it up (`cubecl_setup`: autotune at the `minimal`
+    // level, `CUBECL_AUTOTUNE_LEVEL` over it), its caches in an empty folder: every run compiles
+    // what a fresh process launches, whatever earlier runs left in `target/`
+    let cache = args.out.join("cubecl-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let setup = CubeclSetup::from_env().with_cache_dir(Some(cache));
+    if let Applied::UserFile(file) = setup.apply() {
+        eprintln!(
+            "error: {} configures CubeCL: run from elsewhere",
+            file.display()
+        );
+        return ExitCode::from(2);
     }
 
     // 1. every launch through CubeCL's CUDA compiler

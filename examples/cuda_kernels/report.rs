@@ -92,7 +92,7 @@ impl Row {
 }
 
 /// The spills this check found when it was written, each the most it allows (bytes stored and
-/// loaded, per kernel and target; a little above the largest seen, as CubeCL's code for one
+/// loaded, per kernel and target; above the largest seen in six runs, as CubeCL's code for one
 /// kernel varies a little from process to process and ptxas's allocation with it). A spill of
 /// another kernel, or a larger one, fails the check; shrinking these is open work
 /// (docs/cuda-kernels.md, "Spills").
@@ -103,7 +103,7 @@ impl Row {
 ///   most, and spills 700–1,200 B;
 /// - `chunk_scan_grads`: the same at the edge, now and then 12 B on sm_90 (as CubeCL lays out
 ///   its shared memory: the offsets vary between processes);
-/// - Burn's `reduce_kernel`: a sum (16–52 B).
+/// - Burn's `reduce_kernel`: a sum (16–56 B).
 pub const KNOWN_SPILLS: [(&str, u32, u32); 8] = [
     ("scores::score_grads", 80, 64),
     ("scores::score_grads", 90, 64),
@@ -111,8 +111,8 @@ pub const KNOWN_SPILLS: [(&str, u32, u32); 8] = [
     ("grads::chunk_scan_grads", 90, 64),
     ("matmul::matmul_entry", 80, 1400),
     ("matmul::matmul_entry", 90, 1400),
-    ("base::reduce_kernel", 80, 64),
-    ("base::reduce_kernel", 90, 64),
+    ("base::reduce_kernel", 80, 96),
+    ("base::reduce_kernel", 90, 96),
 ];
 
 /// Theoretical occupancy on sm_80 / sm_90 (the rules of NVIDIA's occupancy calculator): 64
