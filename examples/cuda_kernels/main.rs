@@ -72,6 +72,10 @@ fn main() -> ExitCode {
             PathBuf::from,
         )
     });
+    if let Some(arch) = args.archs.iter().find(|a| ![80, 90].contains(*a)) {
+        eprintln!("error: --arch {arch}: the check describes sm_80 and sm_90 only (80, 90)");
+        return ExitCode::from(2);
+    }
     let toolkit = match Toolkit::find() {
         Ok(t) => t,
         Err(e) => {
