@@ -264,7 +264,7 @@ fn main() -> ExitCode {
             of_arch.len(),
             of_arch.len() - ours,
             of_arch.len() - ok.len(),
-            report::shared_limit(arch),
+            offline::max_shared_per_block(arch),
         );
     }
     if let Some(path) = &args.markdown {
@@ -283,8 +283,8 @@ fn main() -> ExitCode {
             } else {
                 ""
             },
-            report::shared_limit(80),
-            report::shared_limit(90),
+            offline::max_shared_per_block(80),
+            offline::max_shared_per_block(90),
         );
         if let Err(e) = std::fs::write(path, report::markdown(&rows, &header)) {
             eprintln!("error: {}: {e}", path.display());

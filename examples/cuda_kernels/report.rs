@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::offline::{max_shared_per_block, Compiled};
+use crate::offline::Compiled;
 use crate::toolkit::Resources;
 
 /// One kernel on one architecture: what CubeCL generated and what NVIDIA's compilers made of it.
@@ -137,7 +137,9 @@ pub fn occupancy(arch: u32, threads: u32, registers: u32, shared: usize) -> f64 
     (blocks * warps) as f64 / MAX_WARPS as f64
 }
 
-fn target(arch: u32) -> String {
+/// The architecture's name as NVRTC and ptxas take it (`sm_90a`: Hopper's features, as
+/// cubecl-cuda compiles from sm_90).
+pub fn target(arch: u32) -> String {
     if arch >= 90 {
         format!("sm_{arch}a")
     } else {
@@ -271,9 +273,4 @@ pub fn tsv(rows: &[Row]) -> String {
         );
     }
     s
-}
-
-/// The largest shared memory of a block on `arch`, for the summary.
-pub fn shared_limit(arch: u32) -> usize {
-    max_shared_per_block(arch)
 }

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use crate::report::target;
+
 /// What `ptxas -v` and the SASS say of one kernel on one architecture.
 #[derive(Clone, Debug, Default)]
 pub struct Resources {
@@ -73,11 +75,7 @@ impl Toolkit {
     /// `source` through NVRTC for `arch`, with cubecl-cuda's options
     /// (`compute/context.rs::compile_kernel`): the PTX, or NVRTC's log.
     pub fn nvrtc(&self, source: &str, arch: u32) -> Result<String, String> {
-        let target = if arch >= 90 {
-            format!("--gpu-architecture=sm_{arch}a")
-        } else {
-            format!("--gpu-architecture=sm_{arch}")
-        };
+        let target = format!("--gpu-architecture={}", target(arch));
         let include = cubecl_cuda::install::include_path();
         let cccl = cubecl_cuda::install::cccl_include_path();
         let mut options = vec![
@@ -117,11 +115,7 @@ impl Toolkit {
         dir: &Path,
         stem: &str,
     ) -> Result<Resources, String> {
-        let sm = if arch >= 90 {
-            format!("sm_{arch}a")
-        } else {
-            format!("sm_{arch}")
-        };
+        let sm = target(arch);
         let ptx_path = dir.join(format!("{stem}.ptx"));
         let cubin = dir.join(format!("{stem}.cubin"));
         std::fs::write(&ptx_path, ptx).map_err(|e| format!("{}: {e}", ptx_path.display()))?;
