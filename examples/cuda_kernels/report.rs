@@ -48,34 +48,38 @@ impl Row {
     }
 
     /// Why the kernel fails the check: a compile error, shared memory past the limit (CubeCL
-    /// refuses such a launch: `Compiled::source`), a spill that `KNOWN_SPILLS` does not list or
-    /// that is larger than it allows.
+    /// refuses such a launch: `Compiled::source`), or a spill that is not ptxas's trade for
+    /// occupancy ([`Row::occupancy_trade`]).
     pub fn failure(&self) -> Option<String> {
         match (&self.kernel.source, &self.outcome) {
             (Err(e), _) => Some(format!("CubeCL: {e}")),
             (_, Err(e)) => Some(e.clone()),
-            (_, Ok(r)) if self.spilled() > 0 => {
-                let spill = format!(
-                    "spills {} B stored, {} B loaded",
-                    r.spill_stores, r.spill_loads
-                );
-                match self.known_spill() {
-                    Some(most) if self.spilled() <= most => None,
-                    Some(most) => Some(format!("{spill}: more than the {most} B known")),
-                    None => Some(spill),
-                }
-            }
+            (_, Ok(r)) if self.spilled() > 0 && !self.occupancy_trade() => Some(format!(
+                "spills {} B stored, {} B loaded at {} registers",
+                r.spill_stores, r.spill_loads, r.registers
+            )),
             _ => None,
         }
     }
 
-    /// The most `KNOWN_SPILLS` allows this kernel on its target.
-    pub fn known_spill(&self) -> Option<u32> {
-        let name = self.short_name();
-        KNOWN_SPILLS
-            .iter()
-            .find(|(kernel, arch, _)| *kernel == name && *arch == self.kernel.arch)
-            .map(|&(_, _, most)| most)
+    /// Whether a spill is ptxas's trade for occupancy rather than a lack of registers: ptxas
+    /// stopped where one more allocation unit of registers (8 a thread) would hold fewer blocks
+    /// on a multiprocessor as far as ptxas can tell (registers, threads, static shared memory),
+    /// though the block could still run with it, and stored at most
+    /// [`TRADE_MOST`] bytes. ptxas makes that trade on its own, for kernels a few registers past
+    /// such a step, whatever the kernel's launch bounds (`ptxas --maxrregcount 255` on the same
+    /// PTX makes the same choice), and CubeCL gives no way to ask otherwise; a spill at the most
+    /// registers a block of that size may have, or a larger one, fails.
+    pub fn occupancy_trade(&self) -> bool {
+        let Ok(r) = &self.outcome else {
+            return false;
+        };
+        // ptxas sees the static shared memory only: CubeCL's arrays are one dynamic allocation,
+        // sized at launch
+        let shared = r.static_shared_bytes as usize;
+        let at = occupancy(self.kernel.arch, self.threads(), r.registers, shared);
+        let more = occupancy(self.kernel.arch, self.threads(), r.registers + 8, shared);
+        r.spill_stores <= TRADE_MOST && r.registers + 8 <= 255 && more > 0.0 && more < at
     }
 
     /// Resident warps per multiprocessor over the most it holds (64), from the registers, the
@@ -91,29 +95,10 @@ impl Row {
     }
 }
 
-/// The spills this check found when it was written, each the most it allows (bytes stored and
-/// loaded, per kernel and target; above the largest seen in six runs, as CubeCL's code for one
-/// kernel varies a little from process to process and ptxas's allocation with it). A spill of
-/// another kernel, or a larger one, fails the check; shrinking these is open work
-/// (docs/cuda-kernels.md, "Spills").
-/// - `score_grads`: the scan's score gradient at 64 threads, where ptxas holds it at 128
-///   registers on sm_90 (12–32 B in the tiled and tensor-core variants at the 130m shape);
-/// - cubek's `matmul_entry`: the scan's products on tensor cores in `f16` / `bf16` at the 130m
-///   shape, where cubek infers a block of 512 threads (16 planes), so 128 registers a thread at
-///   most, and spills 700–1,200 B;
-/// - `chunk_scan_grads`: the same at the edge, now and then 12 B on sm_90 (as CubeCL lays out
-///   its shared memory: the offsets vary between processes);
-/// - Burn's `reduce_kernel`: a sum (16–56 B).
-pub const KNOWN_SPILLS: [(&str, u32, u32); 8] = [
-    ("scores::score_grads", 80, 64),
-    ("scores::score_grads", 90, 64),
-    ("grads::chunk_scan_grads", 80, 64),
-    ("grads::chunk_scan_grads", 90, 64),
-    ("matmul::matmul_entry", 80, 1400),
-    ("matmul::matmul_entry", 90, 1400),
-    ("base::reduce_kernel", 80, 96),
-    ("base::reduce_kernel", 90, 96),
-];
+/// The most bytes a thread may store to local memory in ptxas's trade for occupancy
+/// ([`Row::occupancy_trade`]): 16 registers' worth; the largest seen, Burn's sum at 32 registers,
+/// stored 36 B.
+pub const TRADE_MOST: u32 = 64;
 
 /// Theoretical occupancy on sm_80 / sm_90 (the rules of NVIDIA's occupancy calculator): 64
 /// warps and 32 blocks a multiprocessor, 65,536 registers allocated 256 at a time per warp,

@@ -99,7 +99,17 @@ pub(crate) fn score_grads<F: Float, E: Float>(
     // to each row ([`load_steps`])
     let mut tile_sums = SharedMemory::<F>::new(BLOCK + 1);
     let mut row_sums = SharedMemory::<F>::new(BLOCK + 1);
-    let mut acc = zero_scalars::<F>();
+    // the sum over the group's heads, each thread's own elements of a tile in shared memory:
+    // held in registers beside the products and segments, ptxas kept the kernel at 128 registers
+    // on sm_90 and spilled 12–32 B (`docs/cuda-kernels.md`)
+    let mut acc = SharedMemory::<F>::new(BLOCK * BLOCK);
+    #[unroll]
+    for u in 0..PER {
+        #[unroll]
+        for v in 0..PER {
+            acc[(ty * PER + u) * BLOCK + tx * PER + v] = F::new(0.0);
+        }
+    }
     // the operand tiles of the operand type and the accumulator of the fragments
     let mut lhs_e = fragment_tile::<E>();
     let mut rhs_e = fragment_tile::<E>();
@@ -189,7 +199,7 @@ pub(crate) fn score_grads<F: Float, E: Float>(
                 if s <= i && i < q && t_s < len {
                     weighted = products[u][v] * seg.exp() * dt[(b * len + t_s) * heads + h];
                 }
-                acc[u * PER + v] += weighted;
+                acc[(ty * PER + u) * BLOCK + tx * PER + v] += weighted;
                 let mut score = F::new(0.0);
                 if i < q && s < q {
                     score = cb[scores + i * q + s];
@@ -276,7 +286,8 @@ pub(crate) fn score_grads<F: Float, E: Float>(
             let i = i0 + ty * PER + u;
             let s = s0 + tx * PER + v;
             if i < q && s < q {
-                grad_cb[scores + i * q + s] = E::cast_from(acc[u * PER + v]);
+                grad_cb[scores + i * q + s] =
+                    E::cast_from(acc[(ty * PER + u) * BLOCK + tx * PER + v]);
             }
         }
     }
