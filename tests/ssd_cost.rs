@@ -4,8 +4,8 @@
 //! `cargo run --release --example bench -- --mode ssd-cost --preset 130m --batch 8` prints it.
 
 use mamba2_burn::ssd::cost::{
-    backward_launches, chunk_scan_product_flops, forward_launches, heavy, totals, Launch,
-    LaunchKind, Pass, Rates, ScanShape,
+    backward_launches, calibration_occupancy, chunk_scan_product_flops, forward_launches, heavy,
+    occupancy, totals, Launch, LaunchKind, Pass, Rates, ScanShape,
 };
 use mamba2_burn::ScanProducts;
 
@@ -185,6 +185,82 @@ fn calibrated_estimates_land_within_1_5x_of_the_h200_profile() {
     let measured: f64 = H200_PROFILE_US.iter().sum();
     println!("layer: {estimate:.0} µs estimated, {measured:.0} measured; worst launch {worst:.2}×");
     assert!((1.0 / 1.2..=1.2).contains(&(estimate / measured)));
+}
+
+/// Every kernel of the scan, in each variant and type, has its occupancy on sm_90 from
+/// docs/cuda-kernels.md (a kernel renamed or added without the table regenerated fails here),
+/// and the products, cubek's, none.
+#[test]
+fn every_kernel_reads_its_occupancy_from_the_kernel_table() {
+    for products in [
+        ScanProducts::Tiled,
+        ScanProducts::Transient,
+        ScanProducts::TensorCores,
+    ] {
+        for element_bytes in [2, 4] {
+            let s = ScanShape {
+                element_bytes,
+                products,
+                ..layer_130m()
+            };
+            for x in forward_launches(s).into_iter().chain(backward_launches(s)) {
+                match x.kind {
+                    LaunchKind::Product => assert_eq!(x.occupancy, None, "{}", x.name),
+                    LaunchKind::Kernel | LaunchKind::Tiled => {
+                        let o = x.occupancy.unwrap_or_else(|| {
+                            panic!(
+                                "{products:?} {element_bytes} B {}: not in the table",
+                                x.name
+                            )
+                        });
+                        assert!(o > 0.0 && o <= 1.0, "{}: {o}", x.name);
+                    }
+                }
+            }
+        }
+    }
+    // the table's figures, not a default: the tiled kernels hold fewer warps than the
+    // element-wise ones (64-thread cubes at 96–128 registers against 256 at about 32)
+    let tiled = occupancy("score_grads", ScanProducts::Tiled, 2).unwrap();
+    let prep = occupancy("chunk_prep", ScanProducts::Tiled, 2).unwrap();
+    assert!(
+        tiled < 0.5 && prep > 0.9,
+        "score_grads {tiled}, chunk_prep {prep}"
+    );
+    let reference = calibration_occupancy();
+    assert!(reference > 0.0 && reference < 0.5, "{reference}");
+}
+
+/// The calibrated rate off tensor cores scales with a kernel's occupancy over the one it was
+/// fitted at: half the warps, twice the time of a kernel its arithmetic bounds; a data sheet's
+/// peaks do not scale.
+#[test]
+fn occupancy_scales_the_arithmetic_off_tensor_cores() {
+    let s = ScanShape {
+        element_bytes: 2,
+        ..layer_130m()
+    };
+    let calibrated = Rates::h200_calibrated(2);
+    let scan = forward_launches(s)
+        .into_iter()
+        .find(|x| x.name == "chunk_scan")
+        .unwrap();
+    let occupancy = scan.occupancy.unwrap();
+    let compute = |x: &Launch, rates: &Rates| x.seconds(rates) - rates.launch;
+    let halved = Launch {
+        occupancy: Some(occupancy / 2.0),
+        ..scan.clone()
+    };
+    let ratio = compute(&halved, &calibrated) / compute(&scan, &calibrated);
+    assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+    let at_reference = Launch {
+        occupancy: Some(calibrated.occupancy),
+        ..scan.clone()
+    };
+    let expected = scan.other_flops / calibrated.other_flops;
+    assert!((compute(&at_reference, &calibrated) - expected).abs() < 1e-12);
+    let peak = Rates::h100(2);
+    assert_eq!(halved.seconds(&peak), scan.seconds(&peak));
 }
 
 /// The scan's estimated time in one mamba2-130m training step (24 layers, each a forward and a

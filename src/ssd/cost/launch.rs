@@ -124,15 +124,28 @@ pub struct Launch {
     pub serial: usize,
     /// Whether the launch writes a buffer of `b·c·h·q²` elements.
     pub per_head_square: bool,
+    /// The theoretical occupancy of the scan's kernel on an sm_90 GPU, from ptxas's figures
+    /// (`docs/cuda-kernels.md`, [`super::occupancy`]); `None` for the products (cubek's).
+    pub occupancy: Option<f64>,
 }
 
 impl Launch {
     /// The estimated time on a GPU of `rates`: the fixed cost of a launch plus the largest of
     /// compute time, memory time and, for the scan's plain kernels ([`LaunchKind::Kernel`]),
     /// the time of their longest thread's chain of dependent steps.
+    ///
+    /// Where the rates were fitted at an occupancy ([`Rates::occupancy`]), a kernel's arithmetic
+    /// off tensor cores runs at those rates times its own occupancy over that one: the tiled
+    /// kernels are latency-bound (a few warps of long dependent multiply-add chains), so what
+    /// they achieve grows with the warps a multiprocessor holds.
     pub fn seconds(&self, rates: &Rates) -> f64 {
-        let compute =
-            self.product_flops / rates.product_flops + self.other_flops / rates.other_flops;
+        let other_flops = match self.occupancy {
+            Some(occupancy) if rates.occupancy > 0.0 => {
+                rates.other_flops * occupancy / rates.occupancy
+            }
+            _ => rates.other_flops,
+        };
+        let compute = self.product_flops / rates.product_flops + self.other_flops / other_flops;
         let memory = (self.bytes_read + self.bytes_written) / rates.bytes;
         let chain = match self.kind {
             LaunchKind::Kernel => self.serial as f64 * rates.chain_step,

@@ -33,18 +33,25 @@
 //!
 //! Dimension letters as in [`crate::ssd`].
 //!
+//! - occupancy: the scan's kernels hold the warps per multiprocessor that ptxas's registers
+//!   allow them on sm_90 (`docs/cuda-kernels.md`, written by `examples/cuda_kernels` without a
+//!   GPU); at calibrated rates a kernel's arithmetic off tensor cores runs at the fitted rate
+//!   times its occupancy over that of the kernels the rate was fitted on.
+//!
 //! The model in files: the shapes and launches ([`ScanShape`], [`Launch`]: `launch.rs`), the
-//! rates of a GPU (`rates.rs`), the builder of a pass's launches (`plan.rs`) and the two passes
-//! (`passes.rs`).
+//! rates of a GPU (`rates.rs`), the kernels' occupancy (`occupancy.rs`), the builder of a
+//! pass's launches (`plan.rs`) and the two passes (`passes.rs`).
 //!
 //! [`ScanProducts::TensorCores`]: crate::ssd::ScanProducts::TensorCores
 //! [`ScanProducts::Transient`]: crate::ssd::ScanProducts::Transient
 
 mod launch;
+mod occupancy;
 mod passes;
 mod plan;
 mod rates;
 
 pub use launch::{heavy, totals, Launch, LaunchKind, Pass, ScanShape, Totals};
+pub use occupancy::{calibration_occupancy, occupancy, TARGET};
 pub use passes::{backward_launches, chunk_scan_product_flops, forward_launches};
 pub use rates::{Calibration, Rates, H200_CALIBRATION};

@@ -32,7 +32,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
             plan.e(b * l * h * p),
             PER * PER,
         );
-        return plan.launches;
+        return plan.finish();
     }
     // the output, a cube per tile of (i, p) of each (b, j, h): the weights and the intra-chunk
     // product of each tile of s up to the diagonal, then the entering state's part added
@@ -52,7 +52,7 @@ pub fn forward_launches(s: ScanShape) -> Vec<Launch> {
         rows * 2 * BLOCK,
     );
     plan.on_tensor_cores("chunk_scan", columns * tile * pairs * 2 * BLOCK);
-    plan.launches
+    plan.finish()
 }
 
 /// The multiply-adds' FLOPs of [`forward_launches`]' `chunk_scan`: the intra-chunk product
@@ -206,7 +206,7 @@ pub fn backward_launches(s: ScanShape) -> Vec<Launch> {
         (b * c).max(1),
         false,
     );
-    plan.launches
+    plan.finish()
 }
 
 /// The FLOPs per element of `score_grads`' tile, per head, but its `dy·xᵀ` (`rows` tiles of a

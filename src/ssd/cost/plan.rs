@@ -2,6 +2,7 @@
 //! work from the shape's sizes.
 
 use super::launch::{Launch, LaunchKind, Pass, ScanShape};
+use super::occupancy::occupancy;
 use crate::ssd::geometry::{BLOCK, CUBE_SIZE as KERNEL_CUBE, PER, TILE};
 
 /// The FLOPs per output element of the decay-weighted tiles of one tile column (`rows` tiles of
@@ -31,6 +32,21 @@ impl Plan {
             pass,
             launches: Vec::new(),
         }
+    }
+
+    /// The launches, the scan's own kernels with their occupancy ([`super::occupancy`]).
+    pub(super) fn finish(self) -> Vec<Launch> {
+        let s = self.s;
+        self.launches
+            .into_iter()
+            .map(|launch| match launch.kind {
+                LaunchKind::Product => launch,
+                LaunchKind::Kernel | LaunchKind::Tiled => Launch {
+                    occupancy: occupancy(launch.name, s.products, s.element_bytes),
+                    ..launch
+                },
+            })
+            .collect()
     }
 
     /// The bytes of `elements` of the operand type.
@@ -87,6 +103,7 @@ impl Plan {
             cubes: batch * m.div_ceil(PRODUCT_TILE) * n.div_ceil(PRODUCT_TILE),
             serial: k,
             per_head_square: false,
+            occupancy: None,
         });
     }
 
@@ -114,6 +131,7 @@ impl Plan {
             cubes: threads.div_ceil(KERNEL_CUBE),
             serial,
             per_head_square,
+            occupancy: None,
         });
     }
 
@@ -143,6 +161,7 @@ impl Plan {
             cubes,
             serial,
             per_head_square: false,
+            occupancy: None,
         });
     }
 
@@ -262,6 +281,7 @@ impl Plan {
             cubes: b * c * h * rows * rows,
             serial: 2 * BLOCK + PER * PER,
             per_head_square: true,
+            occupancy: None,
         });
     }
 

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use super::occupancy::calibration_occupancy;
+
 /// The rates of a GPU: a data sheet's peaks ([`Rates::h100`]), or what the scan's launches
 /// achieved on one ([`Rates::h200_calibrated`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -19,6 +21,10 @@ pub struct Rates {
     /// Seconds per dependent step of a plain kernel's longest thread chain (a global load and
     /// what depends on it); 0 where the chain is not modelled.
     pub chain_step: f64,
+    /// The theoretical occupancy of the kernels whose achieved rate off tensor cores
+    /// `other_flops` is ([`super::occupancy::calibration_occupancy`]); 0 for a data sheet's
+    /// peaks, which do not scale.
+    pub occupancy: f64,
 }
 
 /// What the scan's launches achieved on an NVIDIA H200, as fractions of its data sheet's
@@ -60,12 +66,14 @@ impl Rates {
             bytes: 3.35e12,
             launch: 4e-6,
             chain_step: 0.0,
+            occupancy: 0.0,
         }
     }
 
     /// An H200 at what the scan's launches achieved there ([`H200_CALIBRATION`] of its data
     /// sheet's rates: 989 TFLOP/s bf16 and f16, 494 TF32, 67 TFLOP/s `f32` off tensor cores,
-    /// 4.8 TB/s): the estimate of the code as it is.
+    /// 4.8 TB/s), the rate off tensor cores at the occupancy of the kernels it was fitted on:
+    /// the estimate of the code as it is.
     pub fn h200_calibrated(element_bytes: usize) -> Self {
         let c = H200_CALIBRATION;
         Self {
@@ -75,6 +83,7 @@ impl Rates {
             bytes: c.bytes * 4.8e12,
             launch: c.launch,
             chain_step: c.chain_step,
+            occupancy: calibration_occupancy(),
         }
     }
 }
