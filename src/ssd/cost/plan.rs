@@ -183,12 +183,15 @@ impl Plan {
         let starts = if self.s.documents { b * l } else { 0 };
         // a cube of TILE² threads per (b, chunk, h): dA, its sums in the chunk and the decay to
         // the chunk's end (two scans of log₂ TILE² steps), then the head's columns of the
-        // layouts of x·dt·to_end (and in the gradient of dy·exp(cs)) per group, and from the
-        // first head of each group B and C, the cube's threads striding over them
+        // layouts of x·dt·to_end (and in the gradient of dy·exp(cs)) per group, and a share of
+        // the group's B and C (the group's heads split them), the cube's threads striding over
+        // them
         let dy = usize::from(self.pass == Pass::Backward);
         let scan_steps = (TILE * TILE).ilog2() as usize;
         let cubes = b * c * h;
-        let chain = 2 * scan_steps + (q * p).div_ceil(TILE * TILE) + (q * n).div_ceil(TILE * TILE);
+        // the head's columns of x (and dy), then its share of the group's B and C
+        let chain =
+            2 * scan_steps + (q * p).div_ceil(TILE * TILE) + (q * n).div_ceil(TILE * TILE * r);
         self.tiled(
             "chunk_prep",
             LaunchKind::Kernel,

@@ -37,8 +37,8 @@ pub(super) fn scans<F: Float>(up: &mut SharedMemory<F>, down: &mut SharedMemory<
 /// c·q]`); the head's columns of the chunk layouts that the products read, zero-padded to `c·q`
 /// positions, per group (the heads of a group side by side), each stacked with its partner in
 /// the products: `x·dt·to_end` (the chunk states' operand) and, with `with_dy`, `dy·exp(cs)`
-/// (the entering states' gradients') in `xw` `[1 + with_dy, b, c, g, q, r·p]`; and, from the
-/// first head of each group, `B` and `C` in `bc` `[2, b, c, g, q, n]`. One cube of `TILE²` threads per `(b, chunk, h)`, a thread per position for the
+/// (the entering states' gradients') in `xw` `[1 + with_dy, b, c, g, q, r·p]`; and, shared
+/// by the heads of each group, `B` and `C` in `bc` `[2, b, c, g, q, n]`. One cube of `TILE²` threads per `(b, chunk, h)`, a thread per position for the
 /// decays (chunks of at most `TILE²`): both sums are scans in shared memory (Hillis and
 /// Steele's, `log₂ TILE²` steps), sums of terms, never differences; then the cube's threads
 /// stride over the chunk's elements.
@@ -144,22 +144,22 @@ pub(crate) fn chunk_prep<F: Float, E: Float>(
         }
         e += size;
     }
-    // B and C, once per group
-    if h % r == 0 {
-        let mut e = UNIT_POS as usize;
-        while e < q * dim_n {
-            let pos = e / dim_n;
-            let tt = j * q + pos;
-            let dst = block * dim_n + e;
-            if tt < len {
-                let src = ((b * len + tt) * groups + g) * dim_n + e % dim_n;
-                bc[dst] = b_mat[src];
-                bc[c_part + dst] = c_mat[src];
-            } else {
-                bc[dst] = E::new(0.0);
-                bc[c_part + dst] = E::new(0.0);
-            }
-            e += size;
+    // B and C, once per group, shared by the group's heads: head `h % r` copies every `r`-th
+    // stretch of `TILE²` elements (one head copying them all made its cube walk `q·n / TILE²`
+    // steps while the others waited: the launch's longest chain, docs/fused-scan.md)
+    let mut e = (h % r) * size + UNIT_POS as usize;
+    while e < q * dim_n {
+        let pos = e / dim_n;
+        let tt = j * q + pos;
+        let dst = block * dim_n + e;
+        if tt < len {
+            let src = ((b * len + tt) * groups + g) * dim_n + e % dim_n;
+            bc[dst] = b_mat[src];
+            bc[c_part + dst] = c_mat[src];
+        } else {
+            bc[dst] = E::new(0.0);
+            bc[c_part + dst] = E::new(0.0);
         }
+        e += r * size;
     }
 }
