@@ -125,7 +125,7 @@ pub struct Launch {
     /// Whether the launch writes a buffer of `b·c·h·q²` elements.
     pub per_head_square: bool,
     /// The theoretical occupancy of the scan's kernel on an sm_90 GPU, from ptxas's figures
-    /// (`docs/cuda-kernels.md`, [`super::occupancy`]); `None` for the products (cubek's).
+    /// (`docs/cuda-kernels.md`, [`occupancy()`](crate::ssd::cost::occupancy())); `None` for the products (cubek's).
     pub occupancy: Option<f64>,
 }
 

@@ -34,7 +34,7 @@ impl Plan {
         }
     }
 
-    /// The launches, the scan's own kernels with their occupancy ([`super::occupancy`]).
+    /// The launches, the scan's own kernels with their occupancy ([`super::occupancy::occupancy`]).
     pub(super) fn finish(self) -> Vec<Launch> {
         let s = self.s;
         self.launches

@@ -22,7 +22,7 @@ pub struct Rates {
     /// what depends on it); 0 where the chain is not modelled.
     pub chain_step: f64,
     /// The theoretical occupancy of the kernels whose achieved rate off tensor cores
-    /// `other_flops` is ([`super::occupancy::calibration_occupancy`]); 0 for a data sheet's
+    /// `other_flops` is ([`calibration_occupancy`](crate::ssd::cost::calibration_occupancy)); 0 for a data sheet's
     /// peaks, which do not scale.
     pub occupancy: f64,
 }
