@@ -838,13 +838,7 @@ fn fused_mode(ssd: &str) -> Option<mamba2_burn::FusedKernels> {
 
 /// `--scan-products`' variant as the library's setting.
 fn products_mode(products: &str) -> Option<mamba2_burn::ScanProducts> {
-    use mamba2_burn::ScanProducts;
-    match products {
-        "tiled" => Some(ScanProducts::Tiled),
-        "transient" => Some(ScanProducts::Transient),
-        "tensor-cores" => Some(ScanProducts::TensorCores),
-        _ => None,
-    }
+    mamba2_burn::ScanProducts::from_name(products)
 }
 
 /// Every `--mode` for each `--batch`, `--ssd` path and `--scan-products` variant in turn.

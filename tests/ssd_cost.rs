@@ -166,13 +166,14 @@ fn calibrated_estimates_land_within_1_5x_of_the_h200_profile() {
         .collect();
     assert_eq!(launches.len(), H200_PROFILE_US.len());
     // the code as profiled: its `chunk_prep` copied B and C from the first head of each group
-    // alone (128 strides of the cube's threads at this shape; the group's heads share them
-    // since 2026-12-06), the rest as it is now
+    // alone (`q·n / 256` strides of the cube's 256 threads; the group's heads share them since
+    // 2026-12-06), the rest as it is now
+    let strides = (s.q * s.n).div_ceil(256);
     let launches: Vec<Launch> = launches
         .into_iter()
         .map(|x| match x.name {
             "chunk_prep" => Launch {
-                serial: x.serial + 128 - 128usize.div_ceil(s.r()),
+                serial: x.serial + strides - strides.div_ceil(s.r()),
                 ..x
             },
             _ => x,

@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use mamba2_burn::cubecl_setup::{Applied, CubeclSetup};
+use mamba2_burn::ScanProducts;
 
 use report::Row;
 use toolkit::Toolkit;
@@ -125,8 +126,8 @@ fn main() -> ExitCode {
             workloads::ssd_cases(arch, &shapes);
         }
         if !args.no_lm {
-            for (slot, (products, name)) in workloads::PRODUCTS.into_iter().enumerate() {
-                workloads::lm_step(arch, 1 + slot as u16, products, name, lm_dtype);
+            for (slot, products) in ScanProducts::ALL.into_iter().enumerate() {
+                workloads::lm_step(arch, 1 + slot as u16, products, products.name(), lm_dtype);
             }
         }
     }

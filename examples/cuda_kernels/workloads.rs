@@ -98,13 +98,6 @@ pub const DTYPES: [(FloatDType, &str); 3] = [
     (FloatDType::BF16, "bf16"),
 ];
 
-/// The three ways of the intra-chunk products.
-pub const PRODUCTS: [(ScanProducts, &str); 3] = [
-    (ScanProducts::Tiled, "tiled"),
-    (ScanProducts::Transient, "transient"),
-    (ScanProducts::TensorCores, "tensor-cores"),
-];
-
 /// Forward and backward of the fused scan on `device` at `shape`, every input in `dtype`
 /// (an initial state in `f32`, as the mixer keeps its states); with `extras`, an initial state
 /// and packed documents (the kernels' comptime branches for both). The kernels it compiles
@@ -163,7 +156,8 @@ pub fn ssd<B: SsdAutodiffBackend>(
 /// Every SSD case on the bare `CubeBackend` of `arch`.
 pub fn ssd_cases(arch: u32, shapes: &[ScanShape]) {
     let device = OfflineDevice { arch, slot: 0 };
-    for (products, products_name) in PRODUCTS {
+    for products in ScanProducts::ALL {
+        let products_name = products.name();
         for (dtype, dtype_name) in DTYPES {
             for shape in shapes {
                 for extras in [false, true] {

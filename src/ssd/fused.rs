@@ -77,6 +77,24 @@ pub enum ScanProducts {
 }
 
 impl ScanProducts {
+    /// Every variant.
+    pub const ALL: [Self; 3] = [Self::Tiled, Self::Transient, Self::TensorCores];
+
+    /// The variant's name where a command line or a table names it: `tiled`, `transient`,
+    /// `tensor-cores`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tiled => "tiled",
+            Self::Transient => "transient",
+            Self::TensorCores => "tensor-cores",
+        }
+    }
+
+    /// The variant [`ScanProducts::name`] names, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
     /// This variant, or the calling thread's [`override_scan_products`] while one is held.
     pub(crate) fn in_effect(self) -> Self {
         PRODUCTS.with(Cell::get).unwrap_or(self)

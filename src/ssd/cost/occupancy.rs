@@ -6,6 +6,8 @@
 //! (they are runtime arguments; the comptime branches are the products' variant, the types,
 //! an initial state and documents), so the 130m rows serve every shape.
 
+use std::sync::OnceLock;
+
 use crate::ssd::fused::ScanProducts;
 
 /// The table, as `examples/cuda_kernels --markdown docs/cuda-kernels.md` writes it.
@@ -13,15 +15,6 @@ const TABLE: &str = include_str!("../../../docs/cuda-kernels.md");
 
 /// The target the model's GPUs (H100, H200) compile for, as the table names it.
 pub const TARGET: &str = "sm_90a";
-
-/// The name the table's contexts give a variant (`examples/cuda_kernels/workloads.rs`).
-fn variant(products: ScanProducts) -> &'static str {
-    match products {
-        ScanProducts::Tiled => "tiled",
-        ScanProducts::Transient => "transient",
-        ScanProducts::TensorCores => "tensor-cores",
-    }
-}
 
 /// The name of the operands' type in the table: `bf16` for 2-byte operands (the type the
 /// model's calibration ran; `f16` kernels take the same registers within ptxas's variation).
@@ -33,22 +26,32 @@ fn dtype(element_bytes: usize) -> &'static str {
     }
 }
 
-/// One row of the table's first section: `(kernel, context, target, occupancy)`, the kernel
-/// by its function's name (`chunk_scan`), the occupancy as a fraction.
-fn rows() -> impl Iterator<Item = (&'static str, &'static str, &'static str, f64)> {
-    let section = TABLE
-        .split("\n## ")
-        .find(|s| s.starts_with("The fused SSD's kernels"))
-        .unwrap_or("");
-    section.lines().filter_map(|line| {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        // | kernel | first launched by | target | threads | registers | shared | spill | occ | HMMA |
-        if cells.len() != 11 {
-            return None;
-        }
-        let occupancy = cells[8].strip_suffix('%')?.parse::<f64>().ok()? / 100.0;
-        let kernel = cells[1].rsplit("::").next()?;
-        Some((kernel, cells[2], cells[3], occupancy))
+/// One row of the table's first section: the kernel by its function's name (`chunk_scan`),
+/// the context that first launched it, its target, its occupancy as a fraction.
+type Row = (&'static str, &'static str, &'static str, f64);
+
+/// The rows of the table's first section, read once.
+fn rows() -> &'static [Row] {
+    static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        let section = TABLE
+            .split("\n## ")
+            .find(|s| s.starts_with("The fused SSD's kernels"))
+            .unwrap_or("");
+        section
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                // | kernel | first launched by | target | threads | registers | shared | spill
+                // | occupancy | HMMA |
+                if cells.len() != 11 {
+                    return None;
+                }
+                let occupancy = cells[8].strip_suffix('%')?.parse::<f64>().ok()? / 100.0;
+                let kernel = cells[1].rsplit("::").next()?;
+                Some((kernel, cells[2], cells[3], occupancy))
+            })
+            .collect()
     })
 }
 
@@ -59,15 +62,18 @@ fn rows() -> impl Iterator<Item = (&'static str, &'static str, &'static str, f64
 /// `None` where the table has no such kernel.
 pub fn occupancy(kernel: &str, products: ScanProducts, element_bytes: usize) -> Option<f64> {
     let kernel = kernel.split(' ').next().unwrap_or(kernel);
-    let of_kernel =
-        || rows().filter(move |(name, _, target, _)| *name == kernel && *target == TARGET);
-    let variant = format!("ssd {} ", variant(products));
+    let of_kernel = || {
+        rows()
+            .iter()
+            .filter(move |(name, _, target, _)| *name == kernel && *target == TARGET)
+    };
+    let variant = format!("ssd {} ", products.name());
     let exact = format!("{variant}{} ", dtype(element_bytes));
     of_kernel()
         .find(|(_, context, _, _)| context.starts_with(&exact))
         .or_else(|| of_kernel().find(|(_, context, _, _)| context.starts_with(&variant)))
         .or_else(|| of_kernel().next())
-        .map(|(_, _, _, occupancy)| occupancy)
+        .map(|&(_, _, _, occupancy)| occupancy)
 }
 
 /// The mean occupancy of the tiled kernels whose arithmetic [`crate::ssd::cost::Calibration`]
