@@ -65,17 +65,23 @@ pub mod tokenizer;
 pub mod train;
 
 pub use layers::activation;
+pub use models::hybrid;
 
 // The models, their layers, configs, states and errors; the plumbing stays in its module
 // (`checkpoint`, `generate`, `ssd`, `train`, ...).
-pub use checkpoint::{load_backbone, load_lm, save_checkpoint, save_lm, CheckpointFormat};
+pub use checkpoint::{
+    load_backbone, load_hybrid, load_lm, save_checkpoint, save_lm, CheckpointFormat,
+};
 pub use error::{Mamba2Error, Result};
 pub use generate::{GenerateConfig, Generation};
+pub use layers::attention::{Attention, AttentionConfig, KvCache};
 pub use layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2BackboneRecord};
 pub use layers::block::{Mamba2Block, Mamba2BlockConfig, Mamba2BlockRecord};
 pub use layers::documents::Documents;
 pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
+pub use layers::mlp::{Mlp, MlpActivation, MlpConfig};
 pub use layers::norm::{RmsNorm, RmsNormConfig, RmsNormGated, RmsNormGatedConfig};
+pub use layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
 pub use layers::state::{BackboneState, Mamba2State};
 pub use models::forecaster::{
     ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig, Mamba2ForecasterRecord, RevIn,

@@ -20,6 +20,7 @@ mod export;
 #[cfg(feature = "timeseries")]
 mod forecaster;
 mod generate;
+mod hybrid;
 mod kill;
 mod mixed;
 mod paths;

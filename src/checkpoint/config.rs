@@ -41,7 +41,10 @@ pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
     })
 }
 
-fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
+/// `file` parsed as JSON (in the lenient form transformers writes: bare non-finite floats,
+/// tagged floats decoded), and a note naming the transformers version that wrote it (empty
+/// when the file does not say), for the errors.
+pub(super) fn read_json(file: &Path) -> Result<(serde_json::Value, String)> {
     let text = std::fs::read_to_string(file).map_err(|e| Mamba2Error::file(file, e))?;
     let mut value: serde_json::Value = json5::from_str(&text)
         .map_err(|e| Mamba2Error::file(file, format!("not valid JSON: {e}")))?;
@@ -51,8 +54,54 @@ fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
         .and_then(|v| v.as_str())
         .map(|v| format!(" (written by transformers {v})"))
         .unwrap_or_default();
+    Ok((value, writer))
+}
+
+/// Reads `value` (of `file`, written by `writer`) as a `T`; an error names the field's JSON path.
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    file: &Path,
+    writer: &str,
+) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("`{path}`: ")
+        };
+        Mamba2Error::file(file, format!("bad config: {at}{}{writer}", e.inner()))
+    })
+}
+
+/// The `model_type`s of the hybrid families: those [`load_hybrid`](super::load_hybrid) reads
+/// and those to come, for the error of a Mamba-2 loader given one.
+pub(super) const HYBRID_MODEL_TYPES: [&str; 4] =
+    ["granitemoehybrid", "bamba", "nemotron_h", "falcon_h1"];
+
+/// transformers' `model_type` of a config, if it names one.
+pub(super) fn model_type(value: &serde_json::Value) -> Option<&str> {
+    value.get("model_type").and_then(|v| v.as_str())
+}
+
+fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
+    let (value, writer) = read_json(file)?;
     let has = |key: &str| value.get(key).is_some();
-    let is_mamba2 = value.get("model_type").and_then(|v| v.as_str()) == Some("mamba2");
+    match model_type(&value) {
+        None | Some("mamba2") => {}
+        Some(other) => {
+            let hint = if HYBRID_MODEL_TYPES.contains(&other) {
+                " (a hybrid model: `load_hybrid` reads it)"
+            } else {
+                ""
+            };
+            return Err(Mamba2Error::Unsupported {
+                file: file.to_path_buf(),
+                reason: format!("model_type {other:?} is not a Mamba-2 language model{hint}"),
+            });
+        }
+    }
+    let is_mamba2 = model_type(&value) == Some("mamba2");
     let format = if has("ssm_cfg") || (has("d_model") && has("n_layer")) {
         CheckpointFormat::StateSpaces
     } else if has("backbone") && has("vocab_size") && !has("hidden_size") {
@@ -65,27 +114,14 @@ fn parse_config(file: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
             "not a Mamba-2 config (no hidden_size, d_model/n_layer or backbone)",
         ));
     };
-    let parse_err = |e: serde_path_to_error::Error<serde_json::Error>| {
-        let path = e.path().to_string();
-        let at = if path == "." {
-            String::new()
-        } else {
-            format!("`{path}`: ")
-        };
-        Mamba2Error::file(file, format!("bad config: {at}{}{writer}", e.inner()))
-    };
     match format {
         CheckpointFormat::StateSpaces => {
-            let c: StateSpacesConfig =
-                serde_path_to_error::deserialize(value).map_err(parse_err)?;
+            let c: StateSpacesConfig = from_json(value, file, &writer)?;
             Ok((c.into_config(file)?, format))
         }
-        CheckpointFormat::Burn => {
-            let c: Mamba2LmConfig = serde_path_to_error::deserialize(value).map_err(parse_err)?;
-            Ok((c, format))
-        }
+        CheckpointFormat::Burn => Ok((from_json(value, file, &writer)?, format)),
         CheckpointFormat::HuggingFace => {
-            let c: HfConfig = serde_path_to_error::deserialize(value).map_err(parse_err)?;
+            let c: HfConfig = from_json(value, file, &writer)?;
             Ok((c.into_config(file)?, format))
         }
     }

@@ -23,6 +23,7 @@
 mod config;
 mod export;
 mod hf;
+mod hybrid;
 pub(crate) mod record;
 mod safetensors;
 mod state_spaces;
@@ -43,6 +44,7 @@ use safetensors::{
 use weights::{file_size, WeightFiles};
 
 pub use config::{read_config, CheckpointFormat};
+pub use hybrid::{hybrid_tensor_name, load_hybrid, read_hybrid_config};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;
 
@@ -63,7 +65,7 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
     let tensors = files.read()?;
     let tied = config.tie_embeddings;
     if tied {
-        check_tied_head(&tensors)?;
+        check_tied_head(&tensors, &EMBEDDING_NAMES)?;
     }
     let model = config.build::<B>(&ParamInit::deferred(device))?;
     load_tensors(
@@ -83,7 +85,11 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
             } else {
                 vec![name]
             };
-            TensorSource { names, transpose }
+            TensorSource {
+                names,
+                transpose,
+                part: None,
+            }
         },
         // with tied embeddings, the head and both embedding spellings are the same matrix
         |name| tied && (name == HEAD_NAME || EMBEDDING_NAMES.contains(&name)),
@@ -111,10 +117,7 @@ pub fn load_backbone<B: Backend>(
         files.path(),
         |path| {
             let (name, transpose) = pytorch_name(&format!("backbone.{path}"), format);
-            TensorSource {
-                names: vec![name],
-                transpose,
-            }
+            TensorSource::whole(name, transpose)
         },
         |name| name == HEAD_NAME || EMBEDDING_NAMES.contains(&name),
     )

@@ -36,6 +36,40 @@ pub(super) struct TensorSource {
     pub(super) names: Vec<String>,
     /// The file holds the transpose (`[out, in]` of a PyTorch `nn.Linear`).
     pub(super) transpose: bool,
+    /// The parameter is block `index` of `of` equal blocks stacked along the file tensor's
+    /// first axis (a fused projection that the model holds as separate layers); `None`: the
+    /// whole tensor.
+    pub(super) part: Option<(usize, usize)>,
+}
+
+impl TensorSource {
+    /// The whole tensor `name`.
+    pub(super) fn whole(name: String, transpose: bool) -> Self {
+        Self {
+            names: vec![name],
+            transpose,
+            part: None,
+        }
+    }
+
+    /// Block `index` of `of` along the first axis of `name`.
+    pub(super) fn part(name: String, index: usize, of: usize, transpose: bool) -> Self {
+        Self {
+            names: vec![name],
+            transpose,
+            part: Some((index, of)),
+        }
+    }
+}
+
+/// Rows `index · n .. (index + 1) · n` of `data`, `n` being a `of`-th of its first axis.
+fn block_of(data: TensorData, index: usize, of: usize) -> TensorData {
+    let mut shape = data.shape.to_vec();
+    let rows = shape[0] / of;
+    let row_bytes = data.as_bytes().len() / shape[0].max(1);
+    let bytes = data.as_bytes()[index * rows * row_bytes..(index + 1) * rows * row_bytes].to_vec();
+    shape[0] = rows;
+    TensorData::from_bytes_vec(bytes, shape, data.dtype)
 }
 
 /// The checkpoint name of a backbone parameter (path relative to the backbone).
@@ -166,7 +200,11 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
     model.visit(&mut slots);
     for slot in slots.found {
         let path = slot.path.join(".");
-        let TensorSource { names, transpose } = source(&path);
+        let TensorSource {
+            names,
+            transpose,
+            part,
+        } = source(&path);
         let Some((name, located)) = names
             .iter()
             .find_map(|n| tensors.get(n).map(|t| (n.clone(), t)))
@@ -191,6 +229,9 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
         if transpose {
             expected.reverse();
         }
+        if let Some((_, of)) = part {
+            expected[0] *= of;
+        }
         if found.shape.to_vec() != expected {
             return Err(Mamba2Error::TensorShape {
                 file: file.clone(),
@@ -202,7 +243,15 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
         let data_fn = found.clone_data_fn();
         let dtype = slot.dtype;
         snapshots.push(TensorSnapshot::from_closure(
-            Rc::new(move || data_fn().map(|d| convert(d, transpose, dtype))),
+            Rc::new(move || {
+                data_fn().map(|d| {
+                    let d = match part {
+                        Some((index, of)) => block_of(d, index, of),
+                        None => d,
+                    };
+                    convert(d, transpose, dtype)
+                })
+            }),
             dtype,
             slot.shape,
             slot.path,
@@ -233,9 +282,9 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
 }
 
 /// With tied embeddings, a checkpoint that stores `lm_head.weight` beside the embedding (as
-/// `torch.save` of a tied model does) must store the same matrix: a head that differs would be
-/// dropped silently, so it is an error.
-pub(super) fn check_tied_head(tensors: &Tensors) -> Result<()> {
+/// `torch.save` of a tied model does; any of `embedding_names`) must store the same matrix: a
+/// head that differs would be dropped silently, so it is an error.
+pub(super) fn check_tied_head(tensors: &Tensors, embedding_names: &[&str]) -> Result<()> {
     let Some(head) = tensors.get(HEAD_NAME) else {
         return Ok(());
     };
@@ -247,7 +296,7 @@ pub(super) fn check_tied_head(tensors: &Tensors) -> Result<()> {
             .map_err(|e| Mamba2Error::file(&located.file, format!("cannot read `{name}`: {e}")))
     };
     let mut head_data = None;
-    for name in EMBEDDING_NAMES {
+    for &name in embedding_names {
         if let Some(embedding) = tensors.get(name) {
             let same = embedding.snapshot.shape == head.snapshot.shape && {
                 if head_data.is_none() {

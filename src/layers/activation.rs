@@ -102,6 +102,15 @@ pub fn log_softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> T
     x - lse
 }
 
+/// `softmax(x)` along `dim`, as `exp(log_softmax(x))`: its gradient goes through
+/// [`log_softmax`]'s exact one, never through a reciprocal.
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tensor<B, D> {
+    log_softmax(x, dim).exp()
+}
+
 /// `value` (computed from `x` without tracking) made differentiable in `x` with the given
 /// element-wise derivative: `value + (x - x̄) · derivative`, `x̄` being `x` detached. The second
 /// term is exactly zero (so the result equals `value` bit for bit) and its gradient is

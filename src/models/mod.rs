@@ -2,5 +2,6 @@
 //! forecaster.
 
 pub(crate) mod forecaster;
+pub mod hybrid;
 pub(crate) mod lm;
 pub(crate) mod regressor;

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod golden;
 pub mod safetensors;
 pub mod torch;
 

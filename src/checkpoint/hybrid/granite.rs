@@ -1,0 +1,273 @@
+//! IBM's Granite 4.0-H as transformers 5.25 saves it (`model_type: granitemoehybrid`): its
+//! `config.json` read into a [`HybridConfig`], and its tensor names.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{Rope, TensorName};
+use crate::error::{Mamba2Error, Result};
+use crate::layers::attention::AttentionConfig;
+use crate::layers::mixer::{DtLimit, Mamba2Config};
+use crate::layers::mlp::{MlpActivation, MlpConfig};
+use crate::models::hybrid::{HybridConfig, HybridFamily, LayerKind};
+
+/// `GraniteMoeHybridConfig`'s fields; absent ones take transformers 5.25's defaults.
+#[derive(Deserialize)]
+pub(super) struct GraniteConfig {
+    #[serde(default = "defaults::vocab_size")]
+    vocab_size: usize,
+    #[serde(default = "defaults::hidden_size")]
+    hidden_size: usize,
+    #[serde(default = "defaults::num_hidden_layers")]
+    num_hidden_layers: usize,
+    #[serde(default = "defaults::num_attention_heads")]
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    #[serde(default = "defaults::hidden_act")]
+    hidden_act: String,
+    #[serde(default = "defaults::rms_norm_eps")]
+    rms_norm_eps: f64,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(flatten)]
+    rope: Rope,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default = "defaults::one")]
+    embedding_multiplier: f64,
+    #[serde(default = "defaults::one")]
+    logits_scaling: f64,
+    #[serde(default = "defaults::one")]
+    residual_multiplier: f64,
+    #[serde(default = "defaults::one")]
+    attention_multiplier: f64,
+    #[serde(default = "defaults::num_local_experts")]
+    num_local_experts: usize,
+    #[serde(default = "defaults::shared_intermediate_size")]
+    shared_intermediate_size: usize,
+    position_embedding_type: Option<String>,
+    #[serde(alias = "layers_block_type")]
+    layer_types: Option<Vec<String>>,
+    #[serde(default = "defaults::mamba_n_heads")]
+    mamba_n_heads: usize,
+    #[serde(default = "defaults::one_usize")]
+    mamba_n_groups: usize,
+    #[serde(default = "defaults::mamba_d_state")]
+    mamba_d_state: usize,
+    mamba_d_head: Option<serde_json::Value>,
+    #[serde(default = "defaults::mamba_d_conv")]
+    mamba_d_conv: usize,
+    #[serde(default = "defaults::mamba_expand")]
+    mamba_expand: usize,
+    #[serde(default = "defaults::mamba_chunk_size")]
+    mamba_chunk_size: usize,
+    #[serde(default = "defaults::enabled")]
+    mamba_conv_bias: bool,
+    #[serde(default)]
+    mamba_proj_bias: bool,
+    #[serde(default)]
+    time_step_limit: DtLimit,
+    #[serde(default = "defaults::initializer_range")]
+    initializer_range: f64,
+}
+
+/// transformers 5.25's `GraniteMoeHybridConfig` defaults.
+mod defaults {
+    pub fn one() -> f64 {
+        1.0
+    }
+    pub fn one_usize() -> usize {
+        1
+    }
+    pub fn enabled() -> bool {
+        true
+    }
+    pub fn vocab_size() -> usize {
+        32000
+    }
+    pub fn hidden_size() -> usize {
+        4096
+    }
+    pub fn num_hidden_layers() -> usize {
+        32
+    }
+    pub fn num_attention_heads() -> usize {
+        32
+    }
+    pub fn hidden_act() -> String {
+        "silu".into()
+    }
+    pub fn rms_norm_eps() -> f64 {
+        1e-6
+    }
+    pub fn num_local_experts() -> usize {
+        8
+    }
+    pub fn shared_intermediate_size() -> usize {
+        1024
+    }
+    pub fn mamba_n_heads() -> usize {
+        128
+    }
+    pub fn mamba_d_state() -> usize {
+        256
+    }
+    pub fn mamba_d_conv() -> usize {
+        4
+    }
+    pub fn mamba_expand() -> usize {
+        2
+    }
+    pub fn mamba_chunk_size() -> usize {
+        256
+    }
+    pub fn initializer_range() -> f64 {
+        0.02
+    }
+}
+
+impl GraniteConfig {
+    pub(super) fn into_config(self, file: &Path) -> Result<HybridConfig> {
+        let unsupported = |reason: String| Mamba2Error::Unsupported {
+            file: file.to_path_buf(),
+            reason,
+        };
+        if self.num_local_experts > 0 {
+            return Err(unsupported(format!(
+                "num_local_experts = {}: Granite's mixture of experts is not implemented yet \
+                 (the dense models have 0)",
+                self.num_local_experts
+            )));
+        }
+        let activation = MlpActivation::from_hf(&self.hidden_act)
+            .filter(|a| *a == MlpActivation::Silu)
+            .ok_or_else(|| {
+                unsupported(format!("hidden_act = {:?} (only silu)", self.hidden_act))
+            })?;
+        let layers = match &self.layer_types {
+            None => vec![LayerKind::Mamba; self.num_hidden_layers],
+            Some(kinds) => kinds
+                .iter()
+                .map(|k| match k.as_str() {
+                    "linear_attention" | "mamba" => Ok(LayerKind::Mamba),
+                    "full_attention" | "attention" => Ok(LayerKind::Attention),
+                    other => Err(unsupported(format!("layer_types: layer kind {other:?}"))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        if layers.len() != self.num_hidden_layers {
+            return Err(Mamba2Error::config(
+                "layer_types",
+                format!(
+                    "{} layer kinds for num_hidden_layers = {}",
+                    layers.len(),
+                    self.num_hidden_layers
+                ),
+            ));
+        }
+        let d = self.hidden_size;
+        let d_inner = self.mamba_expand * d;
+        let mamba_d_head = match &self.mamba_d_head {
+            None => None,
+            Some(serde_json::Value::String(s)) if s == "auto" => None,
+            Some(v) => Some(v.as_u64().map(|v| v as usize).ok_or_else(|| {
+                Mamba2Error::config("mamba_d_head", format!("an integer or \"auto\", got {v}"))
+            })?),
+        };
+        let headdim = mamba_d_head.unwrap_or(d_inner / self.mamba_n_heads.max(1));
+        if headdim * self.mamba_n_heads != d_inner {
+            return Err(Mamba2Error::config(
+                "mamba_n_heads",
+                format!(
+                    "mamba_n_heads · mamba_d_head = {} · {headdim} must equal mamba_expand · \
+                     hidden_size = {d_inner}",
+                    self.mamba_n_heads
+                ),
+            ));
+        }
+        let mixer = Mamba2Config::new(d)
+            .with_d_state(self.mamba_d_state)
+            .with_d_conv(self.mamba_d_conv)
+            .with_expand(self.mamba_expand)
+            .with_headdim(headdim)
+            .with_ngroups(self.mamba_n_groups)
+            .with_chunk_size(self.mamba_chunk_size)
+            .with_dt_limit(self.time_step_limit)
+            .with_bias(self.mamba_proj_bias)
+            .with_conv_bias(self.mamba_conv_bias)
+            .with_norm_eps(self.rms_norm_eps);
+        let n_heads = self.num_attention_heads;
+        let head_dim = self.head_dim.unwrap_or(d / n_heads.max(1));
+        let rope = match self.position_embedding_type.as_deref() {
+            Some("rope") => Some(self.rope.config(head_dim, file)?),
+            None | Some("nope") => None,
+            Some(other) => {
+                return Err(unsupported(format!("position_embedding_type = {other:?}")));
+            }
+        };
+        let attention = AttentionConfig::new(
+            d,
+            n_heads,
+            self.num_key_value_heads.unwrap_or(n_heads),
+            head_dim,
+        )
+        .with_bias(self.attention_bias)
+        .with_scale(Some(self.attention_multiplier))
+        .with_rope(rope);
+        let mlp = MlpConfig::new(d, self.shared_intermediate_size).with_activation(activation);
+        let config = HybridConfig::new(
+            HybridFamily::Granite,
+            self.vocab_size,
+            layers,
+            mixer,
+            attention,
+            mlp,
+        )
+        .with_norm_eps(self.rms_norm_eps)
+        .with_embedding_multiplier(self.embedding_multiplier)
+        .with_residual_multiplier(self.residual_multiplier)
+        .with_logits_scaling(self.logits_scaling)
+        .with_tie_embeddings(self.tie_word_embeddings)
+        .with_initializer_range(self.initializer_range);
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The checkpoint name of a [`HybridLm`](crate::models::hybrid::HybridLm) parameter (its module
+/// path) in a Granite folder; the gated MLP's gate and up are the two halves of
+/// `shared_mlp.input_linear`.
+pub(super) fn tensor_name(path: &str) -> TensorName {
+    let whole = |name: String| TensorName::whole(name, super::is_linear(path));
+    match path {
+        "embedding.weight" => return whole("model.embed_tokens.weight".into()),
+        "norm.weight" => return whole("model.norm.weight".into()),
+        "lm_head.weight" => return whole("lm_head.weight".into()),
+        _ => {}
+    }
+    let Some(rest) = path.strip_prefix("layers.") else {
+        return whole(path.into());
+    };
+    let (layer, rest) = rest.split_once('.').unwrap_or((rest, ""));
+    let prefix = format!("model.layers.{layer}");
+    let name = |tail: &str| format!("{prefix}.{tail}");
+    if let Some(tail) = rest.strip_prefix("mlp.") {
+        return match tail {
+            "gate.weight" => TensorName::part(name("shared_mlp.input_linear.weight"), 0, 2, true),
+            "up.weight" => TensorName::part(name("shared_mlp.input_linear.weight"), 1, 2, true),
+            "down.weight" => whole(name("shared_mlp.output_linear.weight")),
+            other => whole(name(&format!("shared_mlp.{other}"))),
+        };
+    }
+    let tail = match rest {
+        "input_norm.weight" => "input_layernorm.weight".to_string(),
+        "ffn_norm.weight" => "post_attention_layernorm.weight".to_string(),
+        r => match r.strip_prefix("attention.") {
+            Some(t) => format!("self_attn.{t}"),
+            None => super::mamba_name(r),
+        },
+    };
+    whole(name(&tail))
+}

@@ -1,0 +1,265 @@
+//! Causal grouped-query attention with a KV cache, as the hybrid models interleave it with
+//! Mamba-2 layers: `n_kv_heads` key/value heads, each serving `n_heads / n_kv_heads`
+//! consecutive query heads; rotary positions on all or part of each head, or none (NoPE).
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::{backend::Backend, Bool, Tensor, TensorData};
+
+use crate::error::{check_shape, Mamba2Error};
+use crate::init::ParamInit;
+use crate::layers::activation::softmax;
+use crate::layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
+use crate::precision::{cast_to, upcast};
+
+/// Configuration of an [`Attention`] layer.
+#[derive(Config, Debug)]
+pub struct AttentionConfig {
+    /// Width of the input and output.
+    pub d_model: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (a divisor of `n_heads`; `n_heads` is multi-head attention, 1 is
+    /// multi-query).
+    pub n_kv_heads: usize,
+    /// Channels of a head (the projections are `n_heads · head_dim` wide, which may differ
+    /// from `d_model`).
+    pub head_dim: usize,
+    /// Biases on the four projections. Default: false.
+    #[config(default = false)]
+    pub bias: bool,
+    /// The factor of the scores `q·kᵀ`. Default: `None`, `1/√head_dim`.
+    pub scale: Option<f64>,
+    /// Rotary position embedding; `None` is no positional encoding (NoPE). Default: None.
+    pub rope: Option<RotaryEmbeddingConfig>,
+}
+
+impl AttentionConfig {
+    /// Checks the sizes.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        for (field, v) in [
+            ("hidden_size", self.d_model),
+            ("num_attention_heads", self.n_heads),
+            ("num_key_value_heads", self.n_kv_heads),
+            ("head_dim", self.head_dim),
+        ] {
+            if v == 0 {
+                return Err(Mamba2Error::config(field, "must be at least 1"));
+            }
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(Mamba2Error::config(
+                "num_key_value_heads",
+                format!(
+                    "must divide num_attention_heads = {}, got {}",
+                    self.n_heads, self.n_kv_heads
+                ),
+            ));
+        }
+        if let Some(scale) = self.scale {
+            if !scale.is_finite() {
+                return Err(Mamba2Error::config(
+                    "attention_multiplier",
+                    format!("must be finite, got {scale}"),
+                ));
+            }
+        }
+        if let Some(rope) = &self.rope {
+            if rope.head_dim != self.head_dim {
+                return Err(Mamba2Error::config(
+                    "head_dim",
+                    format!(
+                        "the rotary embedding's head_dim {} differs from the layer's {}",
+                        rope.head_dim, self.head_dim
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the layer, its weights drawn as PyTorch's `nn.Linear` does (`U(±1/√d_in)`).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Attention<B>> {
+        self.build(&ParamInit::now(device))
+    }
+
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+    ) -> crate::error::Result<Attention<B>> {
+        self.validate()?;
+        let (d, q, kv) = (
+            self.d_model,
+            self.n_heads * self.head_dim,
+            self.n_kv_heads * self.head_dim,
+        );
+        Ok(Attention {
+            q_proj: init.linear(d, q, self.bias, 1.0),
+            k_proj: init.linear(d, kv, self.bias, 1.0),
+            v_proj: init.linear(d, kv, self.bias, 1.0),
+            o_proj: init.linear(q, d, self.bias, 1.0),
+            rope: self.rope.as_ref().map(|r| r.init()).transpose()?,
+            d_model: self.d_model,
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            scale: self.scale.unwrap_or(1.0 / (self.head_dim as f64).sqrt()),
+        })
+    }
+}
+
+/// The keys and values an [`Attention`] layer has seen, for decoding one token at a time.
+#[derive(Clone, Debug)]
+pub struct KvCache<B: Backend> {
+    /// Keys after the rotary embedding, `[b, n_kv_heads, t, head_dim]`.
+    pub key: Tensor<B, 4>,
+    /// Values, `[b, n_kv_heads, t, head_dim]`.
+    pub value: Tensor<B, 4>,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// Tokens seen (`t`).
+    pub fn len(&self) -> usize {
+        self.key.dims()[2]
+    }
+
+    /// Whether no token has been seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Cuts the autodiff graph.
+    pub fn detach(self) -> Self {
+        Self {
+            key: self.key.detach(),
+            value: self.value.detach(),
+        }
+    }
+}
+
+/// Causal softmax attention over grouped query heads:
+/// `o_proj(softmax(scale · q·kᵀ + causal mask) · v)`, keys and values repeated over the query
+/// heads of their group.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// `d_model → n_heads · head_dim`.
+    pub q_proj: Linear<B>,
+    /// `d_model → n_kv_heads · head_dim`.
+    pub k_proj: Linear<B>,
+    /// `d_model → n_kv_heads · head_dim`.
+    pub v_proj: Linear<B>,
+    /// `n_heads · head_dim → d_model`.
+    pub o_proj: Linear<B>,
+    rope: Option<RotaryEmbedding>,
+    d_model: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    scale: f64,
+}
+
+impl<B: Backend> Attention<B> {
+    /// Width of the input.
+    pub fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// Runs the layer over `l` new tokens that follow the `cache`'s (a fresh sequence when
+    /// `None`): token `i` attends to every cached token and to new tokens `0..=i`, at position
+    /// `cache.len() + i`. Returns the output and the cache extended by the new tokens.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, cache: `[b, n_kv_heads, t, head_dim]`
+    /// - returns `[b, l, d_model]` and the cache with `t + l` tokens
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        cache: Option<KvCache<B>>,
+    ) -> crate::error::Result<(Tensor<B, 3>, KvCache<B>)> {
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model())],
+            "b, l, d_model",
+        )?;
+        let [b, l, _] = x.dims();
+        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        if let Some(c) = &cache {
+            check_shape(
+                "cache.key",
+                &c.key.dims(),
+                &[Some(b), Some(kv), None, Some(hd)],
+                "b, n_kv_heads, t, head_dim",
+            )?;
+            check_shape(
+                "cache.value",
+                &c.value.dims(),
+                &c.key.dims().map(Some),
+                "the keys' shape",
+            )?;
+        }
+        let past = cache.as_ref().map_or(0, KvCache::len);
+        let heads = |t: Tensor<B, 3>, n: usize| t.reshape([b, l, n, hd]).swap_dims(1, 2);
+        let mut q = heads(self.q_proj.forward(x.clone()), h);
+        let mut k = heads(self.k_proj.forward(x.clone()), kv);
+        let v = heads(self.v_proj.forward(x), kv);
+        if let Some(rope) = &self.rope {
+            q = rope.forward(q, past);
+            k = rope.forward(k, past);
+        }
+        let (k, v) = match cache {
+            Some(c) => (
+                Tensor::cat(vec![c.key, k], 2),
+                Tensor::cat(vec![c.value, v], 2),
+            ),
+            None => (k, v),
+        };
+        let t = past + l;
+        // the g = h / kv query heads of a group as one block of g·l rows against its keys
+        let g = h / kv;
+        let q = q.reshape([b, kv, g * l, hd]);
+        let scores = upcast(q.matmul(k.clone().swap_dims(2, 3))) * self.scale;
+        let mask = causal_mask::<B>(g, l, past, &scores.device());
+        let floor = masked_score(scores.dtype());
+        let scores = scores.mask_fill(mask, floor);
+        let probs = cast_to(softmax(scores, 3), v.dtype());
+        let out = probs
+            .matmul(v.clone())
+            .reshape([b, h, l, hd])
+            .swap_dims(1, 2)
+            .reshape([b, l, h * hd]);
+        debug_assert_eq!(k.dims()[2], t);
+        Ok((self.o_proj.forward(out), KvCache { key: k, value: v }))
+    }
+}
+
+/// The score given to a masked position: the most negative finite value, as transformers adds
+/// it (a finite value keeps the softmax's gradient free of `∞ - ∞`).
+fn masked_score(dtype: burn::tensor::DType) -> f64 {
+    match dtype {
+        burn::tensor::DType::F64 => f64::MIN,
+        _ => f32::MIN as f64,
+    }
+}
+
+/// `true` where new token `i` (of `l`, after `past` cached ones) must not see key `j`:
+/// `j > past + i`, for each of `g` query heads stacked as rows.
+///
+/// # Shapes
+/// - returns `[1, 1, g·l, past + l]`
+fn causal_mask<B: Backend>(
+    g: usize,
+    l: usize,
+    past: usize,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
+    let t = past + l;
+    let mut values = Vec::with_capacity(g * l * t);
+    for _ in 0..g {
+        for i in 0..l {
+            values.extend((0..t).map(|j| j > past + i));
+        }
+    }
+    Tensor::from_data(TensorData::new(values, [1, 1, g * l, t]), device)
+}

@@ -1,0 +1,116 @@
+//! The feed-forward layers of the hybrid models: the gated MLP (SwiGLU and its kin) and the
+//! plain one (relu², as Nemotron-H has it).
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::{activation::relu, backend::Backend, Tensor};
+
+use crate::error::Mamba2Error;
+use crate::init::ParamInit;
+use crate::layers::activation::silu;
+
+/// The activation of an [`Mlp`].
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum MlpActivation {
+    /// `x · sigmoid(x)` (transformers' `silu`, `swish`).
+    Silu,
+    /// `relu(x)²` (transformers' `relu2`).
+    Relu2,
+}
+
+impl MlpActivation {
+    /// The activation transformers names `name` (`hidden_act`, `mlp_hidden_act`).
+    pub fn from_hf(name: &str) -> Option<Self> {
+        match name {
+            "silu" | "swish" => Some(Self::Silu),
+            "relu2" => Some(Self::Relu2),
+            _ => None,
+        }
+    }
+
+    /// # Shapes
+    /// - any; returns the same shape
+    pub fn forward<B: Backend, const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self {
+            Self::Silu => silu(x),
+            Self::Relu2 => relu(x).square(),
+        }
+    }
+}
+
+/// Configuration of an [`Mlp`].
+#[derive(Config, Debug)]
+pub struct MlpConfig {
+    /// Width of the input and output.
+    pub d_model: usize,
+    /// Width of the hidden layer.
+    pub d_hidden: usize,
+    /// Gated (`down(act(gate(x)) · up(x))`, SwiGLU with `Silu`) or plain (`down(act(up(x)))`).
+    /// Default: true.
+    #[config(default = true)]
+    pub gated: bool,
+    /// The activation. Default: [`MlpActivation::Silu`].
+    #[config(default = "MlpActivation::Silu")]
+    pub activation: MlpActivation,
+    /// Biases on the projections. Default: false.
+    #[config(default = false)]
+    pub bias: bool,
+}
+
+impl MlpConfig {
+    /// Checks the sizes.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        if self.d_model == 0 || self.d_hidden == 0 {
+            return Err(Mamba2Error::config(
+                "intermediate_size",
+                format!(
+                    "the MLP's widths must be at least 1, got {} -> {}",
+                    self.d_model, self.d_hidden
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the layer, its weights drawn as PyTorch's `nn.Linear` does (`U(±1/√d_in)`).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mlp<B>> {
+        self.build(&ParamInit::now(device))
+    }
+
+    pub(crate) fn build<B: Backend>(&self, init: &ParamInit<B>) -> crate::error::Result<Mlp<B>> {
+        self.validate()?;
+        let (d, i) = (self.d_model, self.d_hidden);
+        Ok(Mlp {
+            gate: self.gated.then(|| init.linear(d, i, self.bias, 1.0)),
+            up: init.linear(d, i, self.bias, 1.0),
+            down: init.linear(i, d, self.bias, 1.0),
+            activation: self.activation,
+        })
+    }
+}
+
+/// A feed-forward layer: `down(act(gate(x)) · up(x))` when gated, `down(act(up(x)))` otherwise.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    /// `d_model → d_hidden`, through the activation (absent when not gated).
+    pub gate: Option<Linear<B>>,
+    /// `d_model → d_hidden`.
+    pub up: Linear<B>,
+    /// `d_hidden → d_model`.
+    pub down: Linear<B>,
+    #[module(skip)]
+    activation: MlpActivation,
+}
+
+impl<B: Backend> Mlp<B> {
+    /// # Shapes
+    /// - x: `[..., d_model]`; returns `[..., d_model]`
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let hidden = match &self.gate {
+            Some(gate) => self.activation.forward(gate.forward(x.clone())) * self.up.forward(x),
+            None => self.activation.forward(self.up.forward(x)),
+        };
+        self.down.forward(hidden)
+    }
+}

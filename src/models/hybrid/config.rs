@@ -1,0 +1,222 @@
+//! The configuration of a hybrid language model, common to the families: the layer pattern,
+//! the layers' own configs and the model's multipliers.
+
+use burn::config::Config;
+use burn::nn::Embedding;
+use burn::tensor::{backend::Backend, Distribution};
+
+use super::layer::{HybridLayer, LayerKind};
+use super::lm::HybridLm;
+use crate::error::Mamba2Error;
+use crate::init::ParamInit;
+use crate::layers::attention::AttentionConfig;
+use crate::layers::mixer::Mamba2Config;
+use crate::layers::mlp::MlpConfig;
+use crate::layers::norm::RmsNormConfig;
+
+/// The model family a hybrid config was read from: it names the tensors of its checkpoints.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum HybridFamily {
+    /// IBM's Granite 4.0-H (transformers' `granitemoehybrid`).
+    Granite,
+}
+
+impl HybridFamily {
+    /// transformers' `model_type`.
+    pub fn model_type(&self) -> &'static str {
+        match self {
+            Self::Granite => "granitemoehybrid",
+        }
+    }
+}
+
+/// Configuration of a [`HybridLm`]: pre-norm residual layers, each a token mixer (a Mamba-2
+/// layer or attention) followed by an MLP.
+///
+/// `h₀ = embedding_multiplier · E[ids]`; each layer
+/// `h ← h + residual_multiplier · mixer(norm(h))`, then
+/// `h ← h + residual_multiplier · mlp(ffn_norm(h))`; `logits = head(norm(h)) / logits_scaling`.
+#[derive(Config, Debug)]
+pub struct HybridConfig {
+    /// The family the config describes (for its checkpoint names).
+    pub family: HybridFamily,
+    /// Vocabulary size (the width of the logits).
+    pub vocab_size: usize,
+    /// The token mixer of each layer, in order.
+    pub layers: Vec<LayerKind>,
+    /// The Mamba-2 layers' config (its `d_model` is the model's width).
+    pub mixer: Mamba2Config,
+    /// The attention layers' config.
+    pub attention: AttentionConfig,
+    /// The MLP after each mixer.
+    pub mlp: MlpConfig,
+    /// Epsilon of every RMSNorm. Default: 1e-5.
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// Factor of the embeddings. Default: 1.
+    #[config(default = 1.0)]
+    pub embedding_multiplier: f64,
+    /// Factor of each layer's branches before they join the residual stream. Default: 1.
+    #[config(default = 1.0)]
+    pub residual_multiplier: f64,
+    /// Divisor of the logits. Default: 1.
+    #[config(default = 1.0)]
+    pub logits_scaling: f64,
+    /// Share the embedding matrix with the LM head. Default: false.
+    #[config(default = false)]
+    pub tie_embeddings: bool,
+    /// Standard deviation of the embedding's normal init. Default: 0.02.
+    #[config(default = 0.02)]
+    pub initializer_range: f64,
+}
+
+impl HybridConfig {
+    /// Width of the residual stream.
+    pub fn d_model(&self) -> usize {
+        self.mixer.d_model
+    }
+
+    /// Checks the config and its layers'.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        if self.vocab_size == 0 {
+            return Err(Mamba2Error::config("vocab_size", "must be at least 1"));
+        }
+        if self.layers.is_empty() {
+            return Err(Mamba2Error::config("layer_types", "no layer"));
+        }
+        let d = self.d_model();
+        for (field, width) in [
+            ("attention.d_model", self.attention.d_model),
+            ("mlp.d_model", self.mlp.d_model),
+        ] {
+            if width != d {
+                return Err(Mamba2Error::config(
+                    field,
+                    format!("{width} differs from the model's width {d}"),
+                ));
+            }
+        }
+        for (field, v) in [
+            ("norm_eps", self.norm_eps),
+            ("embedding_multiplier", self.embedding_multiplier),
+            ("residual_multiplier", self.residual_multiplier),
+            ("logits_scaling", self.logits_scaling),
+        ] {
+            if !v.is_finite() || (field != "embedding_multiplier" && v <= 0.0) {
+                return Err(Mamba2Error::config(
+                    field,
+                    format!("must be finite and positive, got {v}"),
+                ));
+            }
+        }
+        if self.vocab_size.checked_mul(d).is_none() {
+            return Err(Mamba2Error::config(
+                "vocab_size",
+                format!("{} times the width {d} overflows", self.vocab_size),
+            ));
+        }
+        if self.layers.contains(&LayerKind::Mamba) {
+            self.mixer.validate()?;
+        }
+        if self.layers.contains(&LayerKind::Attention) {
+            self.attention.validate()?;
+        }
+        self.mlp.validate()
+    }
+
+    /// The number of parameters [`init`](Self::init) creates, in `f64` (no overflow for sizes
+    /// read from a corrupt file: the loader compares it with the files' size first).
+    pub fn param_count(&self) -> f64 {
+        let f = |v: usize| v as f64;
+        let bias = |n: f64, on: bool| if on { n } else { 0.0 };
+        let (d, m) = (f(self.d_model()), &self.mixer);
+        let mamba = {
+            let (di, bc, h) = (f(m.d_inner()), f(2 * m.ngroups * m.d_state), f(m.nheads()));
+            let in_out = 2.0 * di + bc + h;
+            d * in_out
+                + bias(in_out, m.bias)
+                + (di + bc) * f(m.d_conv)
+                + bias(di + bc, m.conv_bias)
+                + 2.0 * h
+                + if m.d_has_hdim { di } else { h }
+                + bias(di, m.rmsnorm)
+                + di * d
+                + bias(d, m.bias)
+        };
+        let a = &self.attention;
+        let attention = {
+            let (q, kv) = (f(a.n_heads * a.head_dim), f(a.n_kv_heads * a.head_dim));
+            2.0 * d * q + 2.0 * d * kv + bias(q + 2.0 * kv + d, a.bias)
+        };
+        let p = &self.mlp;
+        let mlp = {
+            let (i, up) = (f(p.d_hidden), if p.gated { 2.0 } else { 1.0 });
+            up * d * i + i * d + bias(up * i + d, p.bias)
+        };
+        let layers: f64 = self
+            .layers
+            .iter()
+            .map(|kind| match kind {
+                LayerKind::Mamba => mamba,
+                LayerKind::Attention => attention,
+            } + mlp + 2.0 * d)
+            .sum();
+        let embedding = f(self.vocab_size) * d;
+        let head = if self.tie_embeddings { 0.0 } else { embedding };
+        layers + d + embedding + head
+    }
+
+    /// The number of parameters of the model.
+    pub fn num_params(&self) -> usize {
+        self.param_count() as usize
+    }
+
+    /// Builds the model: embedding `N(0, initializer_range)`, the layers as their configs'
+    /// `init`, norms 1, untied head `U(±1/√d_model)`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<HybridLm<B>> {
+        self.build(&ParamInit::now(device))
+    }
+
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+    ) -> crate::error::Result<HybridLm<B>> {
+        self.validate()?;
+        let (v, d) = (self.vocab_size, self.d_model());
+        let norm = RmsNormConfig::new(d).with_eps(self.norm_eps);
+        let layers = self
+            .layers
+            .iter()
+            .map(|&kind| {
+                Ok(HybridLayer {
+                    input_norm: norm.build(init),
+                    mamba: (kind == LayerKind::Mamba)
+                        .then(|| self.mixer.build(init, 1.0))
+                        .transpose()?,
+                    attention: (kind == LayerKind::Attention)
+                        .then(|| self.attention.build(init))
+                        .transpose()?,
+                    ffn_norm: norm.build(init),
+                    mlp: self.mlp.build(init)?,
+                    residual_multiplier: self.residual_multiplier,
+                })
+            })
+            .collect::<crate::error::Result<Vec<_>>>()?;
+        Ok(HybridLm {
+            embedding: Embedding {
+                weight: init.random(
+                    [v, d],
+                    Distribution::Normal(0.0, self.initializer_range),
+                    1.0,
+                ),
+            },
+            layers,
+            norm: norm.build(init),
+            lm_head: (!self.tie_embeddings).then(|| init.linear(d, v, false, 1.0)),
+            vocab_size: v,
+            d_model: d,
+            embedding_multiplier: self.embedding_multiplier,
+            logits_scaling: self.logits_scaling,
+        })
+    }
+}

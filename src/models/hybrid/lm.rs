@@ -1,0 +1,193 @@
+//! The hybrid causal language model: embedding, layers, final norm, LM head, and its cache.
+
+use burn::module::Module;
+use burn::nn::{Embedding, Linear};
+use burn::tensor::{backend::Backend, Int, Tensor};
+
+use super::layer::{HybridLayer, LayerCache};
+use crate::error::{check_shape, Mamba2Error};
+use crate::layers::norm::RmsNorm;
+use crate::precision::upcast;
+use crate::ssd::SsdBackend;
+
+/// What a [`HybridLm`] carries from one piece of a sequence to the next: one [`LayerCache`] per
+/// layer, in order.
+#[derive(Clone, Debug)]
+pub struct HybridCache<B: Backend> {
+    /// Per-layer caches.
+    pub layers: Vec<LayerCache<B>>,
+}
+
+impl<B: Backend> HybridCache<B> {
+    /// Cuts the autodiff graph of every layer's cache.
+    pub fn detach(self) -> Self {
+        Self {
+            layers: self.layers.into_iter().map(LayerCache::detach).collect(),
+        }
+    }
+}
+
+/// A hybrid causal language model (Granite 4.0-H and its kin): Mamba-2 and attention layers,
+/// each followed by an MLP, over one residual stream.
+///
+/// Built by [`HybridConfig::init`](super::HybridConfig::init) or loaded from a transformers
+/// folder by [`load_hybrid`](crate::checkpoint::load_hybrid).
+#[derive(Module, Debug)]
+pub struct HybridLm<B: Backend> {
+    /// Token embedding `[vocab, d_model]`.
+    pub embedding: Embedding<B>,
+    /// The layers, in order.
+    pub layers: Vec<HybridLayer<B>>,
+    /// The final norm.
+    pub norm: RmsNorm<B>,
+    /// Separate head (`None` when tied to the embedding).
+    pub lm_head: Option<Linear<B>>,
+    pub(crate) vocab_size: usize,
+    pub(crate) d_model: usize,
+    pub(crate) embedding_multiplier: f64,
+    pub(crate) logits_scaling: f64,
+}
+
+impl<B: Backend> HybridLm<B> {
+    /// The width of the logits.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Width of the residual stream.
+    pub fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// The cache of a fresh batch (every layer empty).
+    pub fn empty_cache(&self) -> HybridCache<B> {
+        HybridCache {
+            layers: self.layers.iter().map(|_| LayerCache::empty()).collect(),
+        }
+    }
+
+    fn check_cache(&self, cache: &HybridCache<B>) -> crate::error::Result<()> {
+        if cache.layers.len() != self.layers.len() {
+            return Err(Mamba2Error::Shape {
+                name: "cache.layers",
+                expected: format!("{} layer caches", self.layers.len()),
+                actual: vec![cache.layers.len()],
+            });
+        }
+        Ok(())
+    }
+
+    /// The scaled embeddings of `ids`, in the residual stream's type (`f32` or wider).
+    fn embed<const D: usize>(&self, ids: Tensor<B, D, Int>) -> Tensor<B, 3>
+    where
+        B: SsdBackend,
+    {
+        let dims = ids.dims();
+        let (b, l) = if D == 1 {
+            (dims[0], 1)
+        } else {
+            (dims[0], dims[1])
+        };
+        upcast(self.embedding.forward(ids.reshape([b, l]))) * self.embedding_multiplier
+    }
+
+    /// Hidden states `[.., d_model]` (after the final norm) to logits.
+    fn head(&self, h: Tensor<B, 3>) -> Tensor<B, 3> {
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(h),
+            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+        };
+        logits / self.logits_scaling
+    }
+
+    /// The residual stream after each layer (before the final norm), continuing from `cache`
+    /// (a fresh sequence when `None`), and the new cache.
+    ///
+    /// # Shapes
+    /// - ids: `[b, l]`; returns one `[b, l, d_model]` per layer
+    pub fn forward_layers(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        cache: Option<HybridCache<B>>,
+    ) -> crate::error::Result<(Vec<Tensor<B, 3>>, HybridCache<B>)>
+    where
+        B: SsdBackend,
+    {
+        check_shape("ids", &ids.dims(), &[None, None], "b, l")?;
+        let cache = cache.unwrap_or_else(|| self.empty_cache());
+        self.check_cache(&cache)?;
+        let mut h = self.embed(ids);
+        let mut outputs = Vec::with_capacity(self.layers.len());
+        let mut caches = Vec::with_capacity(self.layers.len());
+        for (layer, c) in self.layers.iter().zip(cache.layers) {
+            let (out, c) = layer.forward(h, c)?;
+            outputs.push(out.clone());
+            caches.push(c);
+            h = out;
+        }
+        Ok((outputs, HybridCache { layers: caches }))
+    }
+
+    /// Next-token logits for every position, continuing from `cache` (a fresh sequence when
+    /// `None`): the Mamba-2 layers run the chunked SSD from their state, attention attends to
+    /// the cached keys.
+    ///
+    /// # Shapes
+    /// - ids: `[b, l]`; returns logits `[b, l, vocab]` and the new cache
+    pub fn forward(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        cache: Option<HybridCache<B>>,
+    ) -> crate::error::Result<(Tensor<B, 3>, HybridCache<B>)>
+    where
+        B: SsdBackend,
+    {
+        let (mut outputs, cache) = self.forward_layers(ids, cache)?;
+        let last = outputs.pop().expect("at least one layer");
+        Ok((self.head(self.norm.forward(last)), cache))
+    }
+
+    /// The hidden states after the final norm, for a fresh sequence.
+    ///
+    /// # Shapes
+    /// - ids: `[b, l]`; returns `[b, l, d_model]`
+    pub fn hidden_states(&self, ids: Tensor<B, 2, Int>) -> crate::error::Result<Tensor<B, 3>>
+    where
+        B: SsdBackend,
+    {
+        let (mut outputs, _) = self.forward_layers(ids, None)?;
+        Ok(self
+            .norm
+            .forward(outputs.pop().expect("at least one layer")))
+    }
+
+    /// Logits after one new token per sequence: the Mamba-2 layers' recurrent step (constant
+    /// time), attention over the cache.
+    ///
+    /// # Shapes
+    /// - ids: `[b]`; returns logits `[b, vocab]` and the new cache
+    pub fn step(
+        &self,
+        ids: Tensor<B, 1, Int>,
+        cache: HybridCache<B>,
+    ) -> crate::error::Result<(Tensor<B, 2>, HybridCache<B>)>
+    where
+        B: SsdBackend,
+    {
+        self.check_cache(&cache)?;
+        let b = ids.dims()[0];
+        let d = self.d_model();
+        let mut h = self.embed(ids).reshape([b, d]);
+        let mut caches = Vec::with_capacity(self.layers.len());
+        for (layer, c) in self.layers.iter().zip(cache.layers) {
+            let (out, c) = layer.step(h, c)?;
+            caches.push(c);
+            h = out;
+        }
+        let logits = self.head(self.norm.forward(h.reshape([b, 1, d])));
+        Ok((
+            logits.reshape([b, self.vocab_size]),
+            HybridCache { layers: caches },
+        ))
+    }
+}
