@@ -395,3 +395,23 @@ fn root_fixture(case: &str) -> PathBuf {
         .join("tests/fixtures/hybrid")
         .join(case)
 }
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use super::*;
+    use burn::backend::wgpu::WgpuDevice;
+    use burn::backend::Wgpu;
+
+    /// On Burn's Wgpu backend as users get it (with kernel fusion): the Mamba layers run the
+    /// fused SSD, as the Mamba-2 model does there.
+    #[test]
+    #[ignore = "needs a device driver: run with -- --ignored"]
+    fn hybrid_cases_wgpu() {
+        let failed = check_cases::<Autodiff<Wgpu<f32, i32>>>(
+            "wgpu (fused)",
+            &WgpuDevice::default(),
+            F32_TOL,
+        );
+        assert!(failed.is_empty(), "hybrid cases failed on wgpu: {failed:?}");
+    }
+}

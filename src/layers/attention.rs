@@ -11,7 +11,7 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::init::ParamInit;
 use crate::layers::activation::softmax;
 use crate::layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
-use crate::precision::{cast_to, upcast};
+use crate::precision::{cast_to, reshape_via_flat, upcast};
 
 /// Configuration of an [`Attention`] layer.
 #[derive(Config, Debug)]
@@ -200,10 +200,9 @@ impl<B: Backend> Attention<B> {
             )?;
         }
         let past = cache.as_ref().map_or(0, KvCache::len);
-        let heads = |t: Tensor<B, 3>, n: usize| t.reshape([b, l, n, hd]).swap_dims(1, 2);
-        let mut q = heads(self.q_proj.forward(x.clone()), h);
-        let mut k = heads(self.k_proj.forward(x.clone()), kv);
-        let v = heads(self.v_proj.forward(x), kv);
+        let mut q = split_heads(self.q_proj.forward(x.clone()), h, hd);
+        let mut k = split_heads(self.k_proj.forward(x.clone()), kv, hd);
+        let v = split_heads(self.v_proj.forward(x), kv, hd);
         if let Some(rope) = &self.rope {
             q = rope.forward(q, past);
             k = rope.forward(k, past);
@@ -216,22 +215,39 @@ impl<B: Backend> Attention<B> {
             None => (k, v),
         };
         let t = past + l;
-        // the g = h / kv query heads of a group as one block of g·l rows against its keys
+        // the g = h / kv query heads of a group as one block of g·l rows against its keys (q is
+        // a view with its axes swapped: a flat copy first, see `reshape_via_flat`)
         let g = h / kv;
-        let q = q.reshape([b, kv, g * l, hd]);
+        let q = reshape_via_flat(q, [b, kv, g * l, hd]);
         let scores = upcast(q.matmul(k.clone().swap_dims(2, 3))) * self.scale;
         let mask = causal_mask::<B>(g, l, past, &scores.device());
         let floor = masked_score(scores.dtype());
         let scores = scores.mask_fill(mask, floor);
         let probs = cast_to(softmax(scores, 3), v.dtype());
-        let out = probs
-            .matmul(v.clone())
-            .reshape([b, h, l, hd])
-            .swap_dims(1, 2)
-            .reshape([b, l, h * hd]);
+        let out = merge_heads(probs.matmul(v.clone()).reshape([b, h, l, hd]));
         debug_assert_eq!(k.dims()[2], t);
         Ok((self.o_proj.forward(out), KvCache { key: k, value: v }))
     }
+}
+
+/// `[b, l, n · hd]` as `n` heads: `[b, n, l, hd]`. For one token both layouts are the same
+/// memory, so it is a reshape: a view with swapped axes would have a unit axis, which Burn 0.21
+/// gives wrong strides on Wgpu and Cuda (see `reshape_via_flat`).
+fn split_heads<B: Backend>(t: Tensor<B, 3>, n: usize, hd: usize) -> Tensor<B, 4> {
+    let [b, l, _] = t.dims();
+    if l == 1 {
+        return t.reshape([b, n, 1, hd]);
+    }
+    t.reshape([b, l, n, hd]).swap_dims(1, 2)
+}
+
+/// The inverse of [`split_heads`]: `[b, n, l, hd]` to `[b, l, n · hd]`.
+fn merge_heads<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 3> {
+    let [b, n, l, hd] = t.dims();
+    if l == 1 {
+        return t.reshape([b, 1, n * hd]);
+    }
+    reshape_via_flat(t.swap_dims(1, 2), [b, l, n * hd])
 }
 
 /// The score given to a masked position: the most negative finite value, as transformers adds

@@ -10,7 +10,7 @@ use crate::layers::mixer::Mamba2;
 use crate::layers::mlp::Mlp;
 use crate::layers::norm::RmsNorm;
 use crate::layers::state::Mamba2State;
-use crate::precision::cast_to;
+use crate::precision::{cast_to, reshape_via_flat};
 use crate::ssd::SsdBackend;
 
 /// The token mixer of a layer.
@@ -78,13 +78,13 @@ impl<B: Backend> HybridLayer<B> {
     }
 
     /// `h + r · branch`, in the residual stream's type.
-    fn add(&self, h: Tensor<B, 3>, branch: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn add<const D: usize>(&self, h: Tensor<B, D>, branch: Tensor<B, D>) -> Tensor<B, D> {
         let dtype = h.dtype();
         h + cast_to(branch, dtype) * self.residual_multiplier
     }
 
     /// The MLP's half of the layer.
-    fn feed_forward(&self, h: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn feed_forward<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
         let u = self.ffn_norm.forward(h.clone());
         let out = self.mlp.forward(u);
         self.add(h, out)
@@ -143,20 +143,21 @@ impl<B: Backend> HybridLayer<B> {
     where
         B: SsdBackend,
     {
-        let Some(mamba) = &self.mamba else {
-            let [b, d] = h.dims();
-            let (h, cache) = self.forward(h.reshape([b, 1, d]), cache)?;
-            return Ok((h.reshape([b, d]), cache));
-        };
+        // no view reshape between unit-axis shapes (`[b, d]` to `[b, 1, d]` and back): with them
+        // the step of `granite_dense` gave every row the logits of row 0 on Wgpu with fusion
+        // (see `precision::reshape_via_flat`); a flat copy for attention, none for the Mamba step
         let [b, d] = h.dims();
+        let Some(mamba) = &self.mamba else {
+            let (h, cache) = self.forward(reshape_via_flat(h, [b, 1, d]), cache)?;
+            return Ok((reshape_via_flat(h, [b, d]), cache));
+        };
         let state = match cache.mamba {
             Some(state) => state,
             None => mamba.zero_state(b, &h.device()),
         };
         let u = self.input_norm.forward(h.clone());
         let (y, state) = mamba.step(u, state)?;
-        let h = self.add(h.reshape([b, 1, d]), y.reshape([b, 1, d]));
-        let h = self.feed_forward(h).reshape([b, d]);
+        let h = self.feed_forward(self.add(h, y));
         Ok((
             h,
             LayerCache {

@@ -91,11 +91,12 @@ impl<B: Backend> HybridLm<B> {
         upcast(self.embedding.forward(ids.reshape([b, l]))) * self.embedding_multiplier
     }
 
-    /// Hidden states `[.., d_model]` (after the final norm) to logits.
-    fn head(&self, h: Tensor<B, 3>) -> Tensor<B, 3> {
+    /// Hidden states `[.., d_model]` (after the final norm) to logits `[.., vocab]`, at any
+    /// rank, so that the step's need no reshape (see `HybridLayer::step`).
+    fn head<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
         let logits = match &self.lm_head {
             Some(head) => head.forward(h),
-            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<D>()),
         };
         logits / self.logits_scaling
     }
@@ -175,19 +176,15 @@ impl<B: Backend> HybridLm<B> {
         B: SsdBackend,
     {
         self.check_cache(&cache)?;
-        let b = ids.dims()[0];
-        let d = self.d_model();
-        let mut h = self.embed(ids).reshape([b, d]);
+        // the rows of the embedding, `[b, d_model]` without a reshape (see `HybridLayer::step`)
+        let mut h = upcast(self.embedding.weight.val().select(0, ids)) * self.embedding_multiplier;
         let mut caches = Vec::with_capacity(self.layers.len());
         for (layer, c) in self.layers.iter().zip(cache.layers) {
             let (out, c) = layer.step(h, c)?;
             caches.push(c);
             h = out;
         }
-        let logits = self.head(self.norm.forward(h.reshape([b, 1, d])));
-        Ok((
-            logits.reshape([b, self.vocab_size]),
-            HybridCache { layers: caches },
-        ))
+        let logits = self.head(self.norm.forward(h));
+        Ok((logits, HybridCache { layers: caches }))
     }
 }
