@@ -1,6 +1,6 @@
-//! Loads a Mamba-2 checkpoint and continues a prompt: a thin launcher over the library's
-//! `Mamba2Lm::generate_streaming`, printing the text as it is decoded, then the prefill and
-//! decode speeds.
+//! Loads a Mamba-2 checkpoint, or a hybrid one (Granite 4.0-H, Bamba, Nemotron-H, Falcon-H1),
+//! and continues a prompt: a thin launcher over the library's `generate_streaming`, printing
+//! the text as it is decoded, then the prefill and decode speeds.
 //!
 //! With no arguments it uses the small reference checkpoint in `tests/fixtures/reference/tiny`
 //! (random weights, vocabulary 64, with a tokenizer trained for it), so it runs anywhere
@@ -13,8 +13,8 @@
 //! ```
 //!
 //! `DIR` holds `config.json` and the weights (Hugging Face or state-spaces format, any layout
-//! they are published in, or this crate's `model.mpk`), or is the artifacts directory of a
-//! training run (its `model/` is loaded). Text needs the `tokenizer` feature and a
+//! they are published in, or this crate's `model.mpk`; a hybrid as transformers saves it), or
+//! is the artifacts directory of a training run (its `model/` is loaded). Text needs the `tokenizer` feature and a
 //! `tokenizer.json`: `--tokenizer FILE`, or the checkpoint folder's own.
 
 use std::io::Write;
@@ -25,11 +25,13 @@ use std::time::Instant;
 mod common;
 
 use clap::Parser;
-use mamba2_burn::generate::DecodeStep;
-use mamba2_burn::{load_lm, GenerateConfig, SsdBackend};
+use mamba2_burn::checkpoint::is_hybrid_folder;
+use mamba2_burn::generate::{DecodeStep, Generation};
+use mamba2_burn::hybrid::HybridLm;
+use mamba2_burn::{load_hybrid, load_lm, GenerateConfig, Mamba2Lm, SsdBackend};
 
 #[derive(Parser, Debug)]
-#[command(about = "Continue a prompt with a Mamba-2 checkpoint")]
+#[command(about = "Continue a prompt with a Mamba-2 or hybrid checkpoint")]
 struct Args {
     /// Checkpoint folder (config.json + weights).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference/tiny"))]
@@ -159,6 +161,40 @@ impl Text {
     }
 }
 
+/// The two kinds of language model a folder holds.
+enum Model<B: SsdBackend> {
+    Mamba2(Mamba2Lm<B>),
+    Hybrid(HybridLm<B>),
+}
+
+impl<B: SsdBackend> Model<B> {
+    fn load(dir: &Path, device: &B::Device) -> mamba2_burn::Result<Self> {
+        Ok(match is_hybrid_folder(dir)? {
+            true => Self::Hybrid(load_hybrid(dir, device)?),
+            false => Self::Mamba2(load_lm(dir, device)?),
+        })
+    }
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            Self::Mamba2(m) => m.vocab_size(),
+            Self::Hybrid(m) => m.vocab_size(),
+        }
+    }
+
+    fn generate_streaming(
+        &self,
+        prompts: &[Vec<i64>],
+        config: &GenerateConfig,
+        on_token: impl FnMut(usize, i64) -> ControlFlow<()>,
+    ) -> mamba2_burn::Result<Generation> {
+        match self {
+            Self::Mamba2(m) => m.generate_streaming(prompts, config, on_token),
+            Self::Hybrid(m) => m.generate_streaming(prompts, config, on_token),
+        }
+    }
+}
+
 fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std::error::Error>> {
     // a training run's artifacts directory holds the final model in model/
     let dir = if args.checkpoint.join("model").join("config.json").is_file() {
@@ -188,7 +224,7 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
         .with_step(step);
 
     let start = Instant::now();
-    let model = load_lm::<B>(&dir, &device)?;
+    let model = Model::<B>::load(&dir, &device)?;
     eprintln!(
         "loaded {} (vocabulary {}) in {:.2} s{}",
         dir.display(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Golden cases of the hybrid language models (Mamba-2 layers with attention and MLPs) from
-transformers 5.25's own implementations, in the format of ../shared/tools/make_reference.py:
+"""Golden cases of the hybrid language models (Mamba-2 layers with attention and MLPs: Granite
+4.0-H, Bamba, Nemotron-H, Falcon-H1) from transformers 5.25's own implementations, in the format of ../shared/tools/make_reference.py:
 float64 arithmetic on float32 weights, every parameter moved off its initial value, every
 multiplier other than 1.
 
@@ -20,7 +20,7 @@ plus expected.safetensors:
   decode_ids         i64 [B, T]        tokens fed one at a time after the prompt
   decode_logits      f32 [B, T, V]     logits of each single-token step through the cache
   loss               f32 [1]           mean next-token cross-entropy over input_ids
-  grad.{name}        f32 like the tensor  d loss / d weight, under the checkpoint's names
+  grad.{name}        f32 like the tensor  d loss / d weight, under the names in model.safetensors
   greedy             i64 [B, 24]       transformers' generate(do_sample=False) after input_ids
 """
 import os
@@ -28,7 +28,10 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+from safetensors import safe_open
+from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH1ForCausalLM,
+                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, NemotronHConfig,
+                          NemotronHForCausalLM)
 from transformers.cache_utils import DynamicCache
 
 GREEDY = 24
@@ -44,7 +47,7 @@ def perturb(model, g):
                 p.add_(torch.randn(p.shape, generator=g) * 0.5)
             elif name.endswith(".D"):
                 p.copy_(torch.randn(p.shape, generator=g))
-            elif name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+            elif name.endswith("norm.weight") or name.endswith("norm_f.weight"):
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
@@ -72,6 +75,59 @@ def granite(layer_types, *, vocab=64, hidden=32, heads=4, kv_heads=2, mamba_head
         max_position_embeddings=256)
 
 
+def bamba(attn_layer_indices, n_layers, *, vocab=64, hidden=32, heads=4, kv_heads=2,
+          mamba_heads=4, state=8, groups=2, chunk=8, tie=False, rotary=0.5):
+    # no multipliers in this family; the rotary embedding turns only part of each head
+    return BambaConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=n_layers,
+        attn_layer_indices=list(attn_layer_indices), num_attention_heads=heads,
+        num_key_value_heads=kv_heads, intermediate_size=48, mamba_n_heads=mamba_heads,
+        mamba_d_state=state, mamba_n_groups=groups, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=chunk, mamba_conv_bias=True, mamba_proj_bias=True, attention_bias=True,
+        mlp_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 300.0,
+                                        "partial_rotary_factor": rotary},
+        rms_norm_eps=1e-5, tie_word_embeddings=tie, pad_token_id=None, bos_token_id=None,
+        eos_token_id=None, max_position_embeddings=256)
+
+
+def nemotron_h(pattern, *, vocab=64, hidden=32, heads=4, kv_heads=2, head_dim=12, mamba_heads=6,
+               mamba_head_dim=8, state=8, groups=2, chunk=8, tie=True):
+    # one operation per layer; the Mamba width (heads · head_dim) and the attention's
+    # (heads · head_dim) both differ from the residual stream's; `tie_word_embeddings` is set,
+    # which this family ignores (its head is always its own tensor)
+    return NemotronHConfig(
+        vocab_size=vocab, hidden_size=hidden, hybrid_override_pattern=pattern,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=40, mlp_hidden_act="relu2", mlp_bias=True, mamba_num_heads=mamba_heads,
+        mamba_head_dim=mamba_head_dim, ssm_state_size=state, n_groups=groups, conv_kernel=4,
+        chunk_size=chunk, use_bias=True, use_conv_bias=True, layer_norm_epsilon=1e-5,
+        tie_word_embeddings=tie, pad_token_id=None, bos_token_id=None, eos_token_id=None,
+        max_position_embeddings=256)
+
+
+def falcon_h1(n_layers, *, vocab=64, hidden=32, heads=4, kv_heads=2, d_ssm=48, mamba_heads=6,
+              state=8, groups=2, chunk=8, rms_norm=True, proj_bias=True, projectors_bias=False,
+              tie=False, embedding_multiplier=2.0):
+    # attention and Mamba side by side in every layer; every μP multiplier other than 1
+    return FalconH1Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=48, num_hidden_layers=n_layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, mamba_d_ssm=d_ssm,
+        mamba_n_heads=mamba_heads, mamba_d_state=state, mamba_n_groups=groups, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=chunk, mamba_conv_bias=True, mamba_proj_bias=proj_bias,
+        projectors_bias=projectors_bias, mamba_rms_norm=rms_norm, mamba_norm_before_gate=True,
+        attention_bias=True, mlp_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 300.0},
+        lm_head_multiplier=0.7, embedding_multiplier=embedding_multiplier, mlp_multipliers=[1.3, 0.8],
+        key_multiplier=0.6, attention_in_multiplier=1.2, attention_out_multiplier=0.9,
+        ssm_multipliers=[0.9, 1.1, 1.2, 0.8, 1.3], ssm_in_multiplier=1.4, ssm_out_multiplier=0.75,
+        rms_norm_eps=1e-5, tie_word_embeddings=tie, pad_token_id=None, bos_token_id=None,
+        eos_token_id=None, max_position_embeddings=256)
+
+
+MODELS = {GraniteMoeHybridConfig: GraniteMoeHybridForCausalLM, BambaConfig: BambaForCausalLM,
+          NemotronHConfig: NemotronHForCausalLM, FalconH1Config: FalconH1ForCausalLM}
+
+
 CASES = {
     # Mamba, attention (RoPE, GQA 4:2), Mamba; biases on every projection; several chunks
     "granite_dense": dict(config=lambda: granite(
@@ -85,7 +141,32 @@ CASES = {
         ["full_attention", "linear_attention", "linear_attention", "full_attention"], kv_heads=1,
         rope=False, tie=True, groups=1, chunk=4, embedding_multiplier=0.4),
         batch=2, seq=13, seed=13),
+    # Bamba: Mamba, attention (partial RoPE: 4 of 8 channels), Mamba, attention; biases on every
+    # projection and the MLP; tied embeddings
+    "bamba_partial_rope": dict(config=lambda: bamba([1, 3], 4, tie=True), batch=2, seq=19,
+                               seed=17),
+    # Nemotron-H: Mamba, attention (NoPE, head_dim 12), relu² MLP, Mamba, MLP; one operation
+    # per layer; Mamba width 48 for a stream of 32
+    "nemotron_h_dense": dict(config=lambda: nemotron_h("M*-M-"), batch=2, seq=21, seed=19),
+    # Falcon-H1: three layers of Mamba (width 48, norm before the gate, in_proj biased and
+    # out_proj not) beside attention (full RoPE, GQA 4:2), every μP multiplier other than 1
+    "falcon_h1_mup": dict(config=lambda: falcon_h1(3), batch=2, seq=19, seed=23),
+    # Falcon-H1's defaults: no gated norm (y · silu(z)), width expand · hidden (d_ssm null),
+    # out_proj biased and in_proj not, one group, chunks of 4 (a seed whose greedy tokens are
+    # not one token repeated)
+    "falcon_h1_plain": dict(config=lambda: falcon_h1(
+        2, d_ssm=None, mamba_heads=4, rms_norm=False, proj_bias=False, projectors_bias=True,
+        chunk=4, groups=1, embedding_multiplier=0.3), batch=2, seq=11, seed=31),
 }
+
+
+def saved_name(name, saved):
+    """A parameter's name in the saved file (Nemotron-H saves `model.` as `backbone.`)."""
+    if name in saved or name == "lm_head.weight":
+        return name
+    other = "backbone." + name.removeprefix("model.")
+    assert other in saved, f"{name} is not in the saved file"
+    return other
 
 
 def make_case(out, *, config, batch, seq, seed, decode=5):
@@ -93,10 +174,12 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     g = torch.Generator().manual_seed(seed + 1)
     cfg = config()
     cfg._attn_implementation = "eager"
-    model = GraniteMoeHybridForCausalLM(cfg).float()
+    model = MODELS[type(cfg)](cfg).float()
     perturb(model, g)
     model.save_pretrained(out, safe_serialization=True)
-    layer_types = cfg.layer_types
+    layer_types = list(cfg.layer_types)
+    with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+        saved = set(f.keys())
     vocab = cfg.vocab_size
 
     model = model.double().eval()
@@ -123,10 +206,10 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     cache = getattr(pre, "cache", None) or cache
     assert torch.allclose(pre.logits, full.logits, atol=1e-9, rtol=1e-9)
     for k, kind in enumerate(layer_types):
-        if kind == "linear_attention":
+        if kind in ("linear_attention", "hybrid"):
             exp[f"ssm_state.{k}"] = cache.layers[k].recurrent_states[0].float().clone()
             exp[f"conv_state.{k}"] = cache.layers[k].conv_states[0].float().clone()
-        else:
+        if kind in ("full_attention", "hybrid"):
             exp[f"key.{k}"] = cache.layers[k].keys.float().clone()
             exp[f"value.{k}"] = cache.layers[k].values.float().clone()
     dec = torch.randint(0, vocab, (batch, decode), generator=g)
@@ -134,7 +217,9 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     steps = []
     with torch.no_grad():
         for t in range(decode):
-            o = model(input_ids=dec[:, t:t + 1], cache=cache, use_cache=True)
+            # positions given: Bamba's forward would otherwise restart them at 0 for each step
+            pos = torch.full((batch, 1), seq + t, dtype=torch.long)
+            o = model(input_ids=dec[:, t:t + 1], position_ids=pos, cache=cache, use_cache=True)
             cache = getattr(o, "cache", None) or cache
             steps.append(o.logits[:, -1])
         steps = torch.stack(steps, 1)
@@ -161,8 +246,8 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     exp["loss"] = loss.detach().float().reshape(1)
     for name, p in model.named_parameters():
         if p.grad is not None:
-            exp[f"grad.{name}"] = p.grad.float().contiguous()
-    if cfg.tie_word_embeddings:
+            exp[f"grad.{saved_name(name, saved)}"] = p.grad.float().contiguous()
+    if "lm_head.weight" not in saved:
         exp.pop("grad.lm_head.weight", None)
     save_file({k: v.contiguous() for k, v in exp.items()}, os.path.join(out, "expected.safetensors"))
     print(out, "loss", float(loss.detach()), "greedy", exp["greedy"][0, :8].tolist())

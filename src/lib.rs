@@ -81,7 +81,7 @@ pub use layers::documents::Documents;
 pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use layers::mlp::{Mlp, MlpActivation, MlpConfig};
 pub use layers::norm::{RmsNorm, RmsNormConfig, RmsNormGated, RmsNormGatedConfig};
-pub use layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
+pub use layers::rope::{RopeTables, RotaryEmbedding, RotaryEmbeddingConfig};
 pub use layers::state::{BackboneState, Mamba2State};
 pub use models::forecaster::{
     ForecastHead, Mamba2Forecaster, Mamba2ForecasterConfig, Mamba2ForecasterRecord, RevIn,

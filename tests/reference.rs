@@ -19,7 +19,6 @@
 //! `MAMBA2_REFERENCE_DIR=DIR cargo test --release --test suite reference` checks every case folder in
 //! DIR instead of `tests/fixtures/reference`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
@@ -31,7 +30,7 @@ use mamba2_burn::SsdAutodiffBackend;
 use mamba2_burn::{load_backbone, load_lm, BackboneState, CheckpointFormat, GenerateConfig};
 
 use crate::common::golden::{
-    case_dirs, collect_grads, transpose, Expected, Report, Tolerance, F32_TOL,
+    case_dirs, check_each, collect_grads, transpose, Expected, Report, Tolerance, F32_TOL,
 };
 
 /// Compares every parameter gradient with `grad.<checkpoint name>`; every expected gradient
@@ -278,32 +277,13 @@ fn check_cases_in<B: SsdAutodiffBackend>(
     if reverse {
         dirs.reverse();
     }
-    let mut failed = Vec::new();
-    let mut stderr = std::io::stderr();
-    for dir in &dirs {
-        let case = dir.file_name().unwrap().to_string_lossy().to_string();
-        let expected = Expected::read(&dir.join("expected.safetensors"));
-        let mut report = Report::new(tol);
+    check_each("reference", name, &dirs, tol, |dir, expected, report| {
         if expected.get("inputs_embeds").is_some() {
-            check_backbone_case::<B>(dir, &expected, &mut report, dev);
+            check_backbone_case::<B>(dir, expected, report, dev);
         } else {
-            check_lm_case::<B>(dir, &expected, &mut report, dev);
+            check_lm_case::<B>(dir, expected, report, dev);
         }
-        // written to the real stderr so that the summary shows without --nocapture
-        writeln!(
-            stderr,
-            "reference case {case} on {name}: {} tensors; worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
-            report.checked, report.worst_forward.0, report.worst_forward.1, report.worst_grad.0, report.worst_grad.1
-        )
-        .unwrap();
-        for f in &report.failures {
-            writeln!(stderr, "  FAIL {case} on {name}: {f}").unwrap();
-        }
-        if !report.failures.is_empty() {
-            failed.push(case);
-        }
-    }
-    failed
+    })
 }
 
 #[test]

@@ -173,7 +173,7 @@ fn hf_config(config: &Mamba2LmConfig) -> Result<String> {
             ));
         }
     }
-    check_one_eps(config)?;
+    check_expressible(config)?;
     let mut map = Map::new();
     for (key, value) in [
         ("model_type", json!("mamba2")),
@@ -213,9 +213,22 @@ fn hf_config(config: &Mamba2LmConfig) -> Result<String> {
     Ok(python_json(&map))
 }
 
-/// Both formats have one epsilon for the block norms and the mixers' gated norms.
-fn check_one_eps(config: &Mamba2LmConfig) -> Result<()> {
-    let (block, mixer) = (config.backbone.norm_eps, config.backbone.mixer.norm_eps);
+/// Both formats have one epsilon for the block norms and the mixers' gated norms, and size the
+/// mixer's inner stream by `expand · d_model`.
+fn check_expressible(config: &Mamba2LmConfig) -> Result<()> {
+    let m = &config.backbone.mixer;
+    if m.inner_size
+        .is_some_and(|w| Some(w) != m.expand.checked_mul(m.d_model))
+    {
+        return Err(Mamba2Error::config(
+            "inner_size",
+            format!(
+                "{:?} is not expand · d_model = {} · {}; both formats size the mixer by expand",
+                m.inner_size, m.expand, m.d_model
+            ),
+        ));
+    }
+    let (block, mixer) = (config.backbone.norm_eps, m.norm_eps);
     if block != mixer {
         return Err(Mamba2Error::config(
             "norm_eps",
@@ -227,7 +240,7 @@ fn check_one_eps(config: &Mamba2LmConfig) -> Result<()> {
 
 /// state-spaces' `MambaConfig` of `config`: its own fields, the mixer's arguments in `ssm_cfg`.
 fn state_spaces_config(config: &Mamba2LmConfig) -> Result<String> {
-    check_one_eps(config)?;
+    check_expressible(config)?;
     let m = &config.backbone.mixer;
     let mut ssm = Map::new();
     for (key, value) in [

@@ -31,6 +31,10 @@ pub struct AttentionConfig {
     pub bias: bool,
     /// The factor of the scores `q·kᵀ`. Default: `None`, `1/√head_dim`.
     pub scale: Option<f64>,
+    /// Factor of the keys right after `k_proj`, before the rotary embedding and the cache
+    /// (Falcon-H1's μP `key_multiplier`). Default: 1.
+    #[config(default = 1.0)]
+    pub key_multiplier: f64,
     /// Rotary position embedding; `None` is no positional encoding (NoPE). Default: None.
     pub rope: Option<RotaryEmbeddingConfig>,
 }
@@ -57,11 +61,14 @@ impl AttentionConfig {
                 ),
             ));
         }
-        if let Some(scale) = self.scale {
-            if !scale.is_finite() {
+        for (field, v) in [
+            ("attention_multiplier", self.scale.unwrap_or(1.0)),
+            ("key_multiplier", self.key_multiplier),
+        ] {
+            if !v.is_finite() {
                 return Err(Mamba2Error::config(
-                    "attention_multiplier",
-                    format!("must be finite, got {scale}"),
+                    field,
+                    format!("must be finite, got {v}"),
                 ));
             }
         }
@@ -105,6 +112,7 @@ impl AttentionConfig {
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
             scale: self.scale.unwrap_or(1.0 / (self.head_dim as f64).sqrt()),
+            key_multiplier: self.key_multiplier,
         })
     }
 }
@@ -157,6 +165,7 @@ pub struct Attention<B: Backend> {
     n_kv_heads: usize,
     head_dim: usize,
     scale: f64,
+    key_multiplier: f64,
 }
 
 impl<B: Backend> Attention<B> {
@@ -202,10 +211,15 @@ impl<B: Backend> Attention<B> {
         let past = cache.as_ref().map_or(0, KvCache::len);
         let mut q = split_heads(self.q_proj.forward(x.clone()), h, hd);
         let mut k = split_heads(self.k_proj.forward(x.clone()), kv, hd);
+        if self.key_multiplier != 1.0 {
+            k = k * self.key_multiplier;
+        }
         let v = split_heads(self.v_proj.forward(x), kv, hd);
         if let Some(rope) = &self.rope {
-            q = rope.forward(q, past);
-            k = rope.forward(k, past);
+            // one table for q and k
+            let tables = rope.tables(past, l, q.dtype(), &q.device());
+            q = rope.apply(q, &tables);
+            k = rope.apply(k, &tables);
         }
         let (k, v) = match cache {
             Some(c) => (

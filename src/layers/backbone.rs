@@ -34,22 +34,10 @@ impl Mamba2BackboneConfig {
     /// `f64` (which cannot overflow for sizes from a corrupt file: the checkpoint loaders compare
     /// it with a file's size before building anything).
     pub(crate) fn param_count(&self) -> f64 {
-        let m = &self.mixer;
-        let f = |v: usize| v as f64;
-        let (d_model, d_inner) = (f(m.d_model), f(m.expand) * f(m.d_model));
-        let heads = (d_inner / f(m.headdim.max(1))).floor();
-        let bc = 2.0 * f(m.ngroups) * f(m.d_state);
-        let bias = |n: f64, on: bool| if on { n } else { 0.0 };
-        let in_out = 2.0 * d_inner + bc + heads;
-        let in_proj = d_model * in_out + bias(in_out, m.bias);
-        let conv = (d_inner + bc) * f(m.d_conv) + bias(d_inner + bc, m.conv_bias);
-        // dt_bias, A_log, D (per channel with `d_has_hdim`)
-        let ssm = 2.0 * heads + if m.d_has_hdim { d_inner } else { heads };
-        let gate_norm = bias(d_inner, m.rmsnorm);
-        let out_proj = d_inner * d_model + bias(d_model, m.bias);
+        let d_model = self.mixer.d_model as f64;
         // each block's norm, and `norm_f`
-        let block = d_model + in_proj + conv + ssm + gate_norm + out_proj;
-        f(self.n_layer) * block + d_model
+        let block = d_model + self.mixer.param_count();
+        self.n_layer as f64 * block + d_model
     }
 
     /// Checks the config (and its mixer's).

@@ -56,6 +56,10 @@ pub struct MlpConfig {
     /// Biases on the projections. Default: false.
     #[config(default = false)]
     pub bias: bool,
+    /// Fixed factors `(gate, down)`: of the gate's product before the activation, and of the
+    /// output (Falcon-H1's μP `mlp_multipliers`). Default: `(1, 1)`.
+    #[config(default = "(1.0, 1.0)")]
+    pub multipliers: (f64, f64),
 }
 
 impl MlpConfig {
@@ -86,11 +90,13 @@ impl MlpConfig {
             up: init.linear(d, i, self.bias, 1.0),
             down: init.linear(i, d, self.bias, 1.0),
             activation: self.activation,
+            multipliers: self.multipliers,
         })
     }
 }
 
-/// A feed-forward layer: `down(act(gate(x)) · up(x))` when gated, `down(act(up(x)))` otherwise.
+/// A feed-forward layer: `down(act(gate(x)) · up(x))` when gated, `down(act(up(x)))` otherwise
+/// (with μP multipliers: `m_down · down(act(m_gate · gate(x)) · up(x))`).
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
     /// `d_model → d_hidden`, through the activation (absent when not gated).
@@ -101,16 +107,24 @@ pub struct Mlp<B: Backend> {
     pub down: Linear<B>,
     #[module(skip)]
     activation: MlpActivation,
+    /// `(gate, down)` factors, not parameters.
+    #[module(skip)]
+    multipliers: (f64, f64),
 }
 
 impl<B: Backend> Mlp<B> {
     /// # Shapes
     /// - x: `[..., d_model]`; returns `[..., d_model]`
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let scaled = |t: Tensor<B, D>, f: f64| if f == 1.0 { t } else { t * f };
+        let (gate_multiplier, down_multiplier) = self.multipliers;
         let hidden = match &self.gate {
-            Some(gate) => self.activation.forward(gate.forward(x.clone())) * self.up.forward(x),
+            Some(gate) => {
+                let g = scaled(gate.forward(x.clone()), gate_multiplier);
+                self.activation.forward(g) * self.up.forward(x)
+            }
             None => self.activation.forward(self.up.forward(x)),
         };
-        self.down.forward(hidden)
+        scaled(self.down.forward(hidden), down_multiplier)
     }
 }

@@ -67,9 +67,19 @@ impl RotaryEmbedding {
         self.rotary_dim
     }
 
-    /// `cos` and `sin` of the angles of positions `start..start + len`, each `[len, rotary_dim]`
-    /// (the `rotary_dim / 2` frequencies twice, as rotate-half pairs them).
-    fn tables(&self, start: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
+    /// `cos` and `sin` of the angles of positions `start..start + len`, in `dtype` on `device`,
+    /// for [`apply`](Self::apply) to every head of q and k alike.
+    ///
+    /// # Shapes
+    /// - returns two `[1, 1, len, rotary_dim]` (the `rotary_dim / 2` frequencies twice, as
+    ///   rotate-half pairs them)
+    pub fn tables<B: Backend>(
+        &self,
+        start: usize,
+        len: usize,
+        dtype: burn::tensor::DType,
+        device: &B::Device,
+    ) -> RopeTables<B> {
         let r = self.rotary_dim;
         let inv_freq: Vec<f32> = (0..r / 2)
             .map(|i| 1.0 / (self.theta as f32).powf((2 * i) as f32 / r as f32))
@@ -84,7 +94,37 @@ impl RotaryEmbedding {
                 }
             }
         }
-        (cos, sin)
+        let table = |v: Vec<f32>| {
+            cast_to(
+                Tensor::<B, 2>::from_data(TensorData::new(v, [len, r]), device),
+                dtype,
+            )
+            .reshape([1, 1, len, r])
+        };
+        RopeTables {
+            cos: table(cos),
+            sin: table(sin),
+        }
+    }
+
+    /// Rotates `x` by the angles of `tables`.
+    ///
+    /// # Shapes
+    /// - x: `[b, heads, l, head_dim]` with `l` the tables' length; returns the same
+    pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, tables: &RopeTables<B>) -> Tensor<B, 4> {
+        let [_, _, _, d] = x.dims();
+        debug_assert_eq!(d, self.head_dim);
+        let (r, half) = (self.rotary_dim, self.rotary_dim / 2);
+        let rotated = x.clone().narrow(3, 0, r);
+        // rotate_half: [x1, x2] -> [-x2, x1]
+        let x1 = rotated.clone().narrow(3, 0, half);
+        let x2 = rotated.clone().narrow(3, half, half);
+        let turned = Tensor::cat(vec![x2.neg(), x1], 3);
+        let out = rotated * tables.cos.clone() + turned * tables.sin.clone();
+        if r == d {
+            return out;
+        }
+        Tensor::cat(vec![out, x.narrow(3, r, d - r)], 3)
     }
 
     /// Applies the rotation for positions `start..start + l`.
@@ -92,29 +132,14 @@ impl RotaryEmbedding {
     /// # Shapes
     /// - x: `[b, heads, l, head_dim]`; returns the same
     pub fn forward<B: Backend>(&self, x: Tensor<B, 4>, start: usize) -> Tensor<B, 4> {
-        let [_, _, l, d] = x.dims();
-        debug_assert_eq!(d, self.head_dim);
-        let (r, half) = (self.rotary_dim, self.rotary_dim / 2);
-        let (cos, sin) = self.tables(start, l);
-        let device = x.device();
-        let dtype = x.dtype();
-        let table = |v: Vec<f32>| {
-            cast_to(
-                Tensor::<B, 2>::from_data(TensorData::new(v, [l, r]), &device),
-                dtype,
-            )
-            .reshape([1, 1, l, r])
-        };
-        let (cos, sin) = (table(cos), table(sin));
-        let rotated = x.clone().narrow(3, 0, r);
-        // rotate_half: [x1, x2] -> [-x2, x1]
-        let x1 = rotated.clone().narrow(3, 0, half);
-        let x2 = rotated.clone().narrow(3, half, half);
-        let turned = Tensor::cat(vec![x2.neg(), x1], 3);
-        let out = rotated * cos + turned * sin;
-        if r == d {
-            return out;
-        }
-        Tensor::cat(vec![out, x.narrow(3, r, d - r)], 3)
+        let tables = self.tables(start, x.dims()[2], x.dtype(), &x.device());
+        self.apply(x, &tables)
     }
+}
+
+/// The `cos` and `sin` of a [`RotaryEmbedding`]'s angles at a run of positions.
+#[derive(Clone, Debug)]
+pub struct RopeTables<B: Backend> {
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
 }

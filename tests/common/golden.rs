@@ -195,3 +195,37 @@ pub fn case_dirs(root: &Path) -> Vec<PathBuf> {
     dirs.sort();
     dirs
 }
+
+/// Checks each case folder of `dirs` with `check`, printing its worst errors (to the real
+/// stderr, so that the summary shows without `--nocapture`) as `{kind} case {case} on
+/// {backend}`, and each failure; the names of the failed cases.
+pub fn check_each(
+    kind: &str,
+    backend: &str,
+    dirs: &[PathBuf],
+    tol: Tolerance,
+    mut check: impl FnMut(&Path, &Expected, &mut Report),
+) -> Vec<String> {
+    use std::io::Write;
+    let mut failed = Vec::new();
+    let mut stderr = std::io::stderr();
+    for dir in dirs {
+        let case = dir.file_name().unwrap().to_string_lossy().to_string();
+        let expected = Expected::read(&dir.join("expected.safetensors"));
+        let mut report = Report::new(tol);
+        check(dir, &expected, &mut report);
+        writeln!(
+            stderr,
+            "{kind} case {case} on {backend}: {} tensors; worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
+            report.checked, report.worst_forward.0, report.worst_forward.1, report.worst_grad.0, report.worst_grad.1
+        )
+        .unwrap();
+        for f in &report.failures {
+            writeln!(stderr, "  FAIL {case} on {backend}: {f}").unwrap();
+        }
+        if !report.failures.is_empty() {
+            failed.push(case);
+        }
+    }
+    failed
+}

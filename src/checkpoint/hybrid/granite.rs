@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Rope, TensorName};
+use super::{layer_kind, mamba_head_dim, Layout, Rope, TensorName};
 use crate::error::{Mamba2Error, Result};
 use crate::layers::attention::AttentionConfig;
 use crate::layers::mixer::{DtLimit, Mamba2Config};
@@ -150,11 +150,7 @@ impl GraniteConfig {
             None => vec![LayerKind::Mamba; self.num_hidden_layers],
             Some(kinds) => kinds
                 .iter()
-                .map(|k| match k.as_str() {
-                    "linear_attention" | "mamba" => Ok(LayerKind::Mamba),
-                    "full_attention" | "attention" => Ok(LayerKind::Attention),
-                    other => Err(unsupported(format!("layer_types: layer kind {other:?}"))),
-                })
+                .map(|k| layer_kind(k, false, file))
                 .collect::<Result<Vec<_>>>()?,
         };
         if layers.len() != self.num_hidden_layers {
@@ -169,24 +165,7 @@ impl GraniteConfig {
         }
         let d = self.hidden_size;
         let d_inner = self.mamba_expand * d;
-        let mamba_d_head = match &self.mamba_d_head {
-            None => None,
-            Some(serde_json::Value::String(s)) if s == "auto" => None,
-            Some(v) => Some(v.as_u64().map(|v| v as usize).ok_or_else(|| {
-                Mamba2Error::config("mamba_d_head", format!("an integer or \"auto\", got {v}"))
-            })?),
-        };
-        let headdim = mamba_d_head.unwrap_or(d_inner / self.mamba_n_heads.max(1));
-        if headdim * self.mamba_n_heads != d_inner {
-            return Err(Mamba2Error::config(
-                "mamba_n_heads",
-                format!(
-                    "mamba_n_heads · mamba_d_head = {} · {headdim} must equal mamba_expand · \
-                     hidden_size = {d_inner}",
-                    self.mamba_n_heads
-                ),
-            ));
-        }
+        let headdim = mamba_head_dim(self.mamba_d_head.as_ref(), d_inner, self.mamba_n_heads)?;
         let mixer = Mamba2Config::new(d)
             .with_d_state(self.mamba_d_state)
             .with_d_conv(self.mamba_d_conv)
@@ -201,7 +180,7 @@ impl GraniteConfig {
         let n_heads = self.num_attention_heads;
         let head_dim = self.head_dim.unwrap_or(d / n_heads.max(1));
         let rope = match self.position_embedding_type.as_deref() {
-            Some("rope") => Some(self.rope.config(head_dim, file)?),
+            Some("rope") => Some(self.rope.config(head_dim, None, file)?),
             None | Some("nope") => None,
             Some(other) => {
                 return Err(unsupported(format!("position_embedding_type = {other:?}")));
@@ -236,38 +215,25 @@ impl GraniteConfig {
     }
 }
 
-/// The checkpoint name of a [`HybridLm`](crate::models::hybrid::HybridLm) parameter (its module
-/// path) in a Granite folder; the gated MLP's gate and up are the two halves of
+/// Granite's tensor names; the gated MLP's gate and up are the two halves of
 /// `shared_mlp.input_linear`.
-pub(super) fn tensor_name(path: &str) -> TensorName {
-    let whole = |name: String| TensorName::whole(name, super::is_linear(path));
-    match path {
-        "embedding.weight" => return whole("model.embed_tokens.weight".into()),
-        "norm.weight" => return whole("model.norm.weight".into()),
-        "lm_head.weight" => return whole("lm_head.weight".into()),
-        _ => {}
+pub(super) const LAYOUT: Layout = Layout {
+    prefix: "model",
+    embedding: "embed_tokens",
+    final_norm: "norm",
+    input_norm: "input_layernorm",
+    ffn_norm: "post_attention_layernorm",
+    mamba: "mamba",
+    attention: "self_attn",
+    mlp: shared_mlp,
+};
+
+fn shared_mlp(prefix: &str, tail: &str) -> TensorName {
+    let name = |t: &str| format!("{prefix}.shared_mlp.{t}");
+    match tail {
+        "gate.weight" => TensorName::part(name("input_linear.weight"), 0, 2, true),
+        "up.weight" => TensorName::part(name("input_linear.weight"), 1, 2, true),
+        "down.weight" => TensorName::whole(name("output_linear.weight"), true),
+        other => TensorName::whole(name(other), false),
     }
-    let Some(rest) = path.strip_prefix("layers.") else {
-        return whole(path.into());
-    };
-    let (layer, rest) = rest.split_once('.').unwrap_or((rest, ""));
-    let prefix = format!("model.layers.{layer}");
-    let name = |tail: &str| format!("{prefix}.{tail}");
-    if let Some(tail) = rest.strip_prefix("mlp.") {
-        return match tail {
-            "gate.weight" => TensorName::part(name("shared_mlp.input_linear.weight"), 0, 2, true),
-            "up.weight" => TensorName::part(name("shared_mlp.input_linear.weight"), 1, 2, true),
-            "down.weight" => whole(name("shared_mlp.output_linear.weight")),
-            other => whole(name(&format!("shared_mlp.{other}"))),
-        };
-    }
-    let tail = match rest {
-        "input_norm.weight" => "input_layernorm.weight".to_string(),
-        "ffn_norm.weight" => "post_attention_layernorm.weight".to_string(),
-        r => match r.strip_prefix("attention.") {
-            Some(t) => format!("self_attn.{t}"),
-            None => super::mamba_name(r),
-        },
-    };
-    whole(name(&tail))
 }

@@ -1,24 +1,39 @@
 //! Hybrid language models from folders as transformers 5.25's `save_pretrained` writes them
 //! (`config.json`, `model.safetensors` or shards, any float type): the family comes from
-//! `model_type`, its config and tensor names from the family's file (`granite`).
+//! `model_type`, its config and tensor names from the family's file (`granite`, `bamba`,
+//! `nemotron_h`, `falcon_h1`); what they share is here.
 
+mod bamba;
+mod falcon_h1;
 mod granite;
+mod nemotron_h;
 
 use std::path::Path;
 
 use burn::tensor::backend::Backend;
 use serde::Deserialize;
 
-use super::config::{from_json, model_type, read_json};
+use super::config::{from_json, model_type, read_json, HYBRID_MODEL_TYPES};
 use super::safetensors::{check_tied_head, check_weights_fit, load_tensors, TensorSource};
 use super::weights::WeightFiles;
 use crate::error::{Mamba2Error, Result};
 use crate::init::ParamInit;
 use crate::layers::rope::RotaryEmbeddingConfig;
-use crate::models::hybrid::{HybridConfig, HybridFamily, HybridLm};
+use crate::models::hybrid::{HybridConfig, HybridFamily, HybridLm, LayerKind};
+
+/// The `model_type`s [`load_hybrid`] reads.
+const MODEL_TYPES: &str = "granitemoehybrid, bamba, nemotron_h, falcon_h1";
 
 /// The name a tensor has in the files: see [`TensorSource`].
 type TensorName = TensorSource;
+
+/// Whether the folder `dir` holds a hybrid model (its `config.json` names one of the hybrid
+/// families' `model_type`s, those [`load_hybrid`] reads or not yet), which [`load_hybrid`]
+/// rather than [`load_lm`](crate::load_lm) reads.
+pub fn is_hybrid_folder(dir: &Path) -> Result<bool> {
+    let (value, _) = read_json(&dir.join("config.json"))?;
+    Ok(model_type(&value).is_some_and(|t| HYBRID_MODEL_TYPES.contains(&t)))
+}
 
 /// Reads the hybrid config of the folder `dir` (`config.json`), by its `model_type`.
 pub fn read_hybrid_config(dir: &Path) -> Result<HybridConfig> {
@@ -29,11 +44,18 @@ pub fn read_hybrid_config(dir: &Path) -> Result<HybridConfig> {
         Some("granitemoehybrid") => {
             from_json::<granite::GraniteConfig>(value, &file, &writer)?.into_config(&file)
         }
+        Some("bamba") => from_json::<bamba::BambaConfig>(value, &file, &writer)?.into_config(&file),
+        Some("nemotron_h") => {
+            from_json::<nemotron_h::NemotronHConfig>(value, &file, &writer)?.into_config(&file)
+        }
+        Some("falcon_h1") => {
+            from_json::<falcon_h1::FalconH1Config>(value, &file, &writer)?.into_config(&file)
+        }
         other => Err(Mamba2Error::Unsupported {
             file: file.clone(),
             reason: match other {
-                Some(t) => format!("model_type {t:?} (hybrids: granitemoehybrid)"),
-                None => "no model_type (hybrids: granitemoehybrid)".into(),
+                Some(t) => format!("model_type {t:?} (hybrids: {MODEL_TYPES})"),
+                None => format!("no model_type (hybrids: {MODEL_TYPES})"),
             },
         }),
     };
@@ -48,7 +70,8 @@ pub fn read_hybrid_config(dir: &Path) -> Result<HybridConfig> {
 }
 
 /// Loads the hybrid language model of a transformers folder: Granite 4.0-H
-/// (`granitemoehybrid`, dense). All or nothing, as [`load_lm`](crate::load_lm): every
+/// (`granitemoehybrid`, dense), Bamba (`bamba`), Nemotron-H (`nemotron_h`, dense), Falcon-H1
+/// (`falcon_h1`). All or nothing, as [`load_lm`](crate::load_lm): every
 /// parameter found with its shape, every tensor of the files used, or an error naming it.
 pub fn load_hybrid<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<HybridLm<B>> {
     let dir = dir.as_ref();
@@ -71,9 +94,128 @@ pub fn load_hybrid<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Res
 
 /// Where the parameter at `path` in a model of `family` is in its files.
 fn source(family: HybridFamily, path: &str) -> TensorName {
-    match family {
-        HybridFamily::Granite => granite::tensor_name(path),
+    let layout = match family {
+        HybridFamily::Granite => &granite::LAYOUT,
+        HybridFamily::Bamba => &bamba::LAYOUT,
+        HybridFamily::NemotronH => &nemotron_h::LAYOUT,
+        HybridFamily::FalconH1 => &falcon_h1::LAYOUT,
+    };
+    layout.tensor_name(path)
+}
+
+/// Where a family keeps its tensors: `{prefix}.layers.{i}.{module}.{name}` and its own names for
+/// the embedding, the norms and the modules.
+struct Layout {
+    /// `model` or `backbone`.
+    prefix: &'static str,
+    embedding: &'static str,
+    final_norm: &'static str,
+    input_norm: &'static str,
+    ffn_norm: &'static str,
+    mamba: &'static str,
+    attention: &'static str,
+    /// The name in layer `prefix` of the MLP's parameter `tail` (`gate.weight`).
+    mlp: fn(prefix: &str, tail: &str) -> TensorName,
+}
+
+impl Layout {
+    fn tensor_name(&self, path: &str) -> TensorName {
+        let whole = |name: String| TensorName::whole(name, is_linear(path));
+        let top = |name: &str| whole(format!("{}.{name}.weight", self.prefix));
+        match path {
+            "embedding.weight" => return top(self.embedding),
+            "norm.weight" => return top(self.final_norm),
+            "lm_head.weight" => return whole(path.into()),
+            _ => {}
+        }
+        let Some(rest) = path.strip_prefix("layers.") else {
+            return whole(path.into());
+        };
+        let (layer, rest) = rest.split_once('.').unwrap_or((rest, ""));
+        let prefix = format!("{}.layers.{layer}", self.prefix);
+        if let Some(tail) = rest.strip_prefix("mlp.") {
+            return (self.mlp)(&prefix, tail);
+        }
+        let tail = match rest {
+            "input_norm.weight" => format!("{}.weight", self.input_norm),
+            "ffn_norm.weight" => format!("{}.weight", self.ffn_norm),
+            r => match r.strip_prefix("attention.") {
+                Some(t) => format!("{}.{t}", self.attention),
+                None => format!(
+                    "{}.{}",
+                    self.mamba,
+                    mamba_name(r.strip_prefix("mamba.").unwrap_or(r))
+                ),
+            },
+        };
+        whole(format!("{prefix}.{tail}"))
     }
+}
+
+/// The names of a three-matrix MLP as transformers' `LlamaMLP` has them, under `module`:
+/// `{module}.gate_proj`, `up_proj`, `down_proj` (weights and biases).
+fn proj_mlp(module: &str, prefix: &str, tail: &str) -> TensorName {
+    let name = match tail.split_once('.') {
+        Some((linear, param)) => format!("{prefix}.{module}.{linear}_proj.{param}"),
+        None => format!("{prefix}.{module}.{tail}"),
+    };
+    TensorName::whole(name, tail.ends_with(".weight"))
+}
+
+/// A layer kind as transformers 5.25 names it, or as older files do; `mlp` only where the
+/// family has MLP layers.
+fn layer_kind(name: &str, mlp_layers: bool, file: &Path) -> Result<LayerKind> {
+    match name {
+        "linear_attention" | "mamba" => Ok(LayerKind::Mamba),
+        "full_attention" | "attention" => Ok(LayerKind::Attention),
+        "mlp" if mlp_layers => Ok(LayerKind::Mlp),
+        "moe" if mlp_layers => Err(Mamba2Error::Unsupported {
+            file: file.to_path_buf(),
+            reason: "layer kind \"moe\": mixture-of-experts layers are not implemented yet".into(),
+        }),
+        other => Err(Mamba2Error::Unsupported {
+            file: file.to_path_buf(),
+            reason: format!("layer_types: layer kind {other:?}"),
+        }),
+    }
+}
+
+/// The Mamba layers' head size: `mamba_d_head` as written (an integer, or `"auto"`:
+/// `d_inner / n_heads`), checked to tile `d_inner` with `n_heads` heads.
+fn mamba_head_dim(
+    value: Option<&serde_json::Value>,
+    d_inner: usize,
+    n_heads: usize,
+) -> Result<usize> {
+    let head_dim = match value {
+        None => None,
+        Some(serde_json::Value::String(s)) if s == "auto" => None,
+        Some(v) => Some(v.as_u64().map(|v| v as usize).ok_or_else(|| {
+            Mamba2Error::config("mamba_d_head", format!("an integer or \"auto\", got {v}"))
+        })?),
+    };
+    let head_dim = head_dim.unwrap_or(d_inner / n_heads.max(1));
+    if head_dim.checked_mul(n_heads) != Some(d_inner) {
+        return Err(Mamba2Error::config(
+            "mamba_n_heads",
+            format!(
+                "mamba_n_heads · mamba_d_head = {n_heads} · {head_dim} must equal the Mamba \
+                 layers' width {d_inner}"
+            ),
+        ));
+    }
+    Ok(head_dim)
+}
+
+/// The Mamba layers' convolution activation: only SiLU, as every published hybrid has.
+fn check_silu(field: &str, act: &str, file: &Path) -> Result<()> {
+    if act == "silu" || act == "swish" {
+        return Ok(());
+    }
+    Err(Mamba2Error::Unsupported {
+        file: file.to_path_buf(),
+        reason: format!("{field} = {act:?} (only silu)"),
+    })
 }
 
 /// Where the parameter at module path `path` of a [`HybridLm`] of `family` (`layers.0.mlp.gate.weight`)
@@ -98,12 +240,17 @@ fn is_linear(path: &str) -> bool {
             .any(|s| path.ends_with(s))
 }
 
-/// The file name of a Mamba-2 mixer parameter (`mamba.a_log` is `mamba.A_log`).
+/// The file name of a Mamba-2 mixer parameter (`a_log` is `A_log`, `d` is `D`).
 fn mamba_name(path: &str) -> String {
-    match path.rsplit_once('.') {
-        Some((p, "a_log")) => format!("{p}.A_log"),
-        Some((p, "d")) => format!("{p}.D"),
-        _ => path.to_string(),
+    let (head, last) = path.rsplit_once('.').unwrap_or(("", path));
+    let last = match last {
+        "a_log" => "A_log",
+        "d" => "D",
+        other => other,
+    };
+    match head {
+        "" => last.to_string(),
+        head => format!("{head}.{last}"),
     }
 }
 
@@ -120,11 +267,19 @@ struct Rope {
 struct RopeParameters {
     rope_type: Option<String>,
     rope_theta: Option<f64>,
+    partial_rotary_factor: Option<f64>,
 }
 
 impl Rope {
-    /// The embedding over all `head_dim` channels; only the default RoPE (no scaling).
-    fn config(&self, head_dim: usize, file: &Path) -> Result<RotaryEmbeddingConfig> {
+    /// The embedding over the first `int(head_dim · partial_rotary_factor)` channels, the factor
+    /// from `rope_parameters`, else `partial`; over the whole head where `partial` is `None`
+    /// (families whose code does not read the factor); only the default RoPE (no scaling).
+    fn config(
+        &self,
+        head_dim: usize,
+        partial: Option<f64>,
+        file: &Path,
+    ) -> Result<RotaryEmbeddingConfig> {
         let unsupported = |reason: String| Mamba2Error::Unsupported {
             file: file.to_path_buf(),
             reason,
@@ -141,6 +296,20 @@ impl Rope {
             .and_then(|p| p.rope_theta)
             .or(self.rope_theta)
             .unwrap_or(10000.0);
-        Ok(RotaryEmbeddingConfig::new(head_dim).with_theta(theta))
+        let factor = match partial {
+            Some(default) => p.and_then(|p| p.partial_rotary_factor).unwrap_or(default),
+            None => 1.0,
+        };
+        if !(factor > 0.0 && factor <= 1.0) {
+            return Err(Mamba2Error::config(
+                "partial_rotary_factor",
+                format!("must be in (0, 1], got {factor}"),
+            ));
+        }
+        // Python's int(): toward zero
+        let rotary_dim = (head_dim as f64 * factor) as usize;
+        Ok(RotaryEmbeddingConfig::new(head_dim)
+            .with_theta(theta)
+            .with_rotary_dim((rotary_dim != head_dim).then_some(rotary_dim)))
     }
 }

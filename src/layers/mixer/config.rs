@@ -15,7 +15,7 @@ use crate::ssd::FusedKernels;
 /// Configuration of a [`Mamba2`] mixer, with the fields and defaults of the state-spaces
 /// reference (`mamba_ssm.modules.mamba2.Mamba2`).
 ///
-/// Derived sizes: `d_inner = expand · d_model`, `nheads = d_inner / headdim`,
+/// Derived sizes: `d_inner = expand · d_model` (or `inner_size`), `nheads = d_inner / headdim`,
 /// `conv_dim = d_inner + 2 · ngroups · d_state`,
 /// `d_in_proj = 2 · d_inner + 2 · ngroups · d_state + nheads`.
 #[derive(Config, Debug)]
@@ -59,6 +59,13 @@ pub struct Mamba2Config {
     /// Bias on in_proj and out_proj. Default: false.
     #[config(default = false)]
     pub bias: bool,
+    /// Bias on out_proj where it differs from in_proj's (Falcon-H1's `projectors_bias`).
+    /// Default: `None` (as `bias`).
+    pub out_proj_bias: Option<bool>,
+    /// Fixed factors of in_proj's output pieces `[z, x, B, C, dt]`, applied before the
+    /// convolution and the softplus (Falcon-H1's μP `ssm_multipliers`; they are not parameters).
+    /// Default: `None` (all 1).
+    pub in_proj_multipliers: Option<[f64; 5]>,
     /// Bias on the convolution. Default: true.
     #[config(default = true)]
     pub conv_bias: bool,
@@ -74,6 +81,10 @@ pub struct Mamba2Config {
     /// `D` per channel (`[d_inner]`) instead of per head (`[nheads]`). Default: false.
     #[config(default = false)]
     pub d_has_hdim: bool,
+    /// Width of the inner stream (`d_inner`) where it is not `expand · d_model`, as in the
+    /// hybrids that size it by heads (Nemotron-H's `mamba_num_heads · mamba_head_dim`, Falcon-H1's
+    /// `mamba_d_ssm`). Default: `None` (`expand · d_model`).
+    pub inner_size: Option<usize>,
     /// Where the chunked SSD and the projections run the backend's fused kernels; `None` (the
     /// default, and what a config written without the field reads as) is
     /// [`FusedKernels::Measured`]. Not a property of the weights: a loaded model takes it from
@@ -82,9 +93,28 @@ pub struct Mamba2Config {
 }
 
 impl Mamba2Config {
-    /// `expand · d_model`.
+    /// `inner_size`, or else `expand · d_model`.
     pub fn d_inner(&self) -> usize {
-        self.expand * self.d_model
+        self.inner_size.unwrap_or(self.expand * self.d_model)
+    }
+
+    /// The number of parameters of the layer, in `f64` (which cannot overflow for sizes read
+    /// from a corrupt file: the loaders compare it with the files' size before building).
+    pub(crate) fn param_count(&self) -> f64 {
+        let f = |v: usize| v as f64;
+        let bias = |n: f64, on: bool| if on { n } else { 0.0 };
+        let d_model = f(self.d_model);
+        let d_inner = self.inner_size.map_or(f(self.expand) * d_model, |w| f(w));
+        let heads = (d_inner / f(self.headdim.max(1))).floor();
+        let bc = 2.0 * f(self.ngroups) * f(self.d_state);
+        let in_out = 2.0 * d_inner + bc + heads;
+        let in_proj = d_model * in_out + bias(in_out, self.bias);
+        let conv = (d_inner + bc) * f(self.d_conv) + bias(d_inner + bc, self.conv_bias);
+        // dt_bias, A_log, D (per channel with `d_has_hdim`)
+        let ssm = 2.0 * heads + if self.d_has_hdim { d_inner } else { heads };
+        let gate_norm = bias(d_inner, self.rmsnorm);
+        let out_proj = d_inner * d_model + bias(d_model, self.has_out_proj_bias());
+        in_proj + conv + ssm + gate_norm + out_proj
     }
 
     /// `d_inner / headdim`.
@@ -102,6 +132,11 @@ impl Mamba2Config {
         2 * self.d_inner() + 2 * self.ngroups * self.d_state + self.nheads()
     }
 
+    /// Whether out_proj has a bias.
+    pub fn has_out_proj_bias(&self) -> bool {
+        self.out_proj_bias.unwrap_or(self.bias)
+    }
+
     /// Checks that a model can be built from this config.
     pub fn validate(&self) -> crate::error::Result<()> {
         let invalid = |field: &'static str, reason: String| Err(Mamba2Error::config(field, reason));
@@ -113,13 +148,18 @@ impl Mamba2Config {
             ("headdim", self.headdim),
             ("ngroups", self.ngroups),
             ("chunk_size", self.chunk_size),
+            ("inner_size", self.inner_size.unwrap_or(1)),
         ] {
             if v == 0 {
                 return invalid(field, "must be at least 1".into());
             }
         }
         // the derived sizes (and in_proj's weight) must be representable
-        let in_proj_weights = self.expand.checked_mul(self.d_model).and_then(|d_inner| {
+        let d_inner = match self.inner_size {
+            Some(width) => Some(width),
+            None => self.expand.checked_mul(self.d_model),
+        };
+        let in_proj_weights = d_inner.and_then(|d_inner| {
             let bc = self.ngroups.checked_mul(self.d_state)?.checked_mul(2)?;
             let d_in_proj = d_inner.checked_mul(2)?.checked_add(bc)?;
             d_in_proj
@@ -140,7 +180,7 @@ impl Mamba2Config {
             return invalid(
                 "headdim",
                 format!(
-                    "must divide d_inner = expand · d_model = {}, got {}",
+                    "must divide d_inner = {}, got {}",
                     self.d_inner(),
                     self.headdim
                 ),
@@ -187,6 +227,11 @@ impl Mamba2Config {
         }
         if !(self.norm_eps > 0.0) {
             return invalid("norm_eps", format!("must be > 0, got {}", self.norm_eps));
+        }
+        if let Some(m) = self.in_proj_multipliers {
+            if m.iter().any(|v| !v.is_finite()) {
+                return invalid("in_proj_multipliers", format!("must be finite, got {m:?}"));
+            }
         }
         Ok(())
     }
@@ -269,7 +314,12 @@ impl Mamba2Config {
                     .with_norm_before_gate(self.norm_before_gate)
                     .build(init)
             }),
-            out_proj: init.linear(d_inner, self.d_model, self.bias, out_proj_scale),
+            out_proj: init.linear(
+                d_inner,
+                self.d_model,
+                self.has_out_proj_bias(),
+                out_proj_scale,
+            ),
             d_model: self.d_model,
             d_inner,
             d_state: self.d_state,
@@ -280,6 +330,9 @@ impl Mamba2Config {
             chunk_size: self.chunk_size,
             dt_limit: (self.dt_limit.min, self.dt_limit.max),
             fused_kernels: self.fused_kernels.unwrap_or_default(),
+            in_proj_multipliers: self
+                .in_proj_multipliers
+                .filter(|m| m.iter().any(|&v| v != 1.0)),
         })
     }
 }

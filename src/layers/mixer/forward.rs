@@ -1,6 +1,6 @@
 //! The mixer's forward over a sequence (chunked SSD) and its recurrent step.
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{backend::Backend, Tensor, TensorData};
 
 use super::layer::Mamba2;
 use crate::error::{check_shape, Mamba2Error};
@@ -166,6 +166,13 @@ impl<B: Backend> Mamba2<B> {
 
         // one product for the single token (five would cost five launches), then its slices
         let zxbcdt = self.in_proj.forward(x);
+        let zxbcdt = match self.in_proj_multipliers {
+            Some(m) => {
+                let factors = self.piece_factors(m, &zxbcdt);
+                zxbcdt * factors
+            }
+            None => zxbcdt,
+        };
         let conv_dim = self.conv_dim();
         let z = zxbcdt.clone().narrow(1, 0, self.d_inner);
         let xbc = zxbcdt.clone().narrow(1, self.d_inner, conv_dim); // raw xBC [b, conv_dim]
@@ -232,13 +239,32 @@ impl<B: Backend> Mamba2<B> {
             projection(x.clone(), w, bias, self.fused_kernels)
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
+        let m = self.in_proj_multipliers.unwrap_or([1.0; 5]);
+        let scaled = |t: Tensor<B, 2>, factor: f64| if factor == 1.0 { t } else { t * factor };
         Projected {
-            z: piece(0, d_inner),
-            x: piece(d_inner, d_inner),
-            b: piece(2 * d_inner, gn),
-            c: piece(2 * d_inner + gn, gn),
-            dt: piece(2 * d_inner + 2 * gn, self.nheads),
+            z: scaled(piece(0, d_inner), m[0]),
+            x: scaled(piece(d_inner, d_inner), m[1]),
+            b: scaled(piece(2 * d_inner, gn), m[2]),
+            c: scaled(piece(2 * d_inner + gn, gn), m[3]),
+            dt: scaled(piece(2 * d_inner + 2 * gn, self.nheads), m[4]),
         }
+    }
+
+    /// The factor of each column of in_proj's output, its piece's multiplier, in `like`'s type.
+    ///
+    /// # Shapes
+    /// - returns `[1, d_in_proj]`
+    fn piece_factors(&self, m: [f64; 5], like: &Tensor<B, 2>) -> Tensor<B, 2> {
+        let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
+        let widths = [d_inner, d_inner, gn, gn, self.nheads];
+        let factors: Vec<f32> = widths
+            .iter()
+            .zip(m)
+            .flat_map(|(&w, f)| std::iter::repeat_n(f as f32, w))
+            .collect();
+        let n = factors.len();
+        let t = Tensor::<B, 2>::from_data(TensorData::new(factors, [1, n]), &like.device());
+        cast_to(t, like.dtype())
     }
 
     /// `dt = clamp(softplus(dt + dt_bias), dt_limit)`, in f32 or wider.

@@ -45,6 +45,10 @@ pub struct Mamba2<B: Backend> {
     /// The path of the chunked SSD and the projections: a setting, not a parameter.
     #[module(skip)]
     pub(crate) fused_kernels: FusedKernels,
+    /// Fixed factors of in_proj's pieces `[z, x, B, C, dt]` (`None` where all are 1): from the
+    /// config, not parameters.
+    #[module(skip)]
+    pub(crate) in_proj_multipliers: Option<[f64; 5]>,
 }
 
 impl<B: Backend> Mamba2<B> {

@@ -19,6 +19,12 @@ use crate::layers::norm::RmsNormConfig;
 pub enum HybridFamily {
     /// IBM's Granite 4.0-H (transformers' `granitemoehybrid`).
     Granite,
+    /// IBM's Bamba (`bamba`).
+    Bamba,
+    /// NVIDIA's Nemotron-H (`nemotron_h`).
+    NemotronH,
+    /// TII's Falcon-H1 (`falcon_h1`).
+    FalconH1,
 }
 
 impl HybridFamily {
@@ -26,12 +32,16 @@ impl HybridFamily {
     pub fn model_type(&self) -> &'static str {
         match self {
             Self::Granite => "granitemoehybrid",
+            Self::Bamba => "bamba",
+            Self::NemotronH => "nemotron_h",
+            Self::FalconH1 => "falcon_h1",
         }
     }
 }
 
 /// Configuration of a [`HybridLm`]: pre-norm residual layers, each a token mixer (a Mamba-2
-/// layer or attention) followed by an MLP.
+/// layer or attention) followed by an MLP, or (with `mlp_after_mixer` off, as in Nemotron-H)
+/// each one operation: a mixer or an MLP.
 ///
 /// `h₀ = embedding_multiplier · E[ids]`; each layer
 /// `h ← h + residual_multiplier · mixer(norm(h))`, then
@@ -42,14 +52,18 @@ pub struct HybridConfig {
     pub family: HybridFamily,
     /// Vocabulary size (the width of the logits).
     pub vocab_size: usize,
-    /// The token mixer of each layer, in order.
+    /// What each layer computes first, in order.
     pub layers: Vec<LayerKind>,
     /// The Mamba-2 layers' config (its `d_model` is the model's width).
     pub mixer: Mamba2Config,
     /// The attention layers' config.
     pub attention: AttentionConfig,
-    /// The MLP after each mixer.
+    /// The MLP after each mixer, and of each MLP layer.
     pub mlp: MlpConfig,
+    /// Whether each Mamba and attention layer ends with the MLP on a norm of its own (Granite,
+    /// Bamba); without, the MLPs are layers of their own (Nemotron-H). Default: true.
+    #[config(default = true)]
+    pub mlp_after_mixer: bool,
     /// Epsilon of every RMSNorm. Default: 1e-5.
     #[config(default = 1e-5)]
     pub norm_eps: f64,
@@ -62,6 +76,17 @@ pub struct HybridConfig {
     /// Divisor of the logits. Default: 1.
     #[config(default = 1.0)]
     pub logits_scaling: f64,
+    /// Factor of the logits (Falcon-H1's `lm_head_multiplier`). Default: 1.
+    #[config(default = 1.0)]
+    pub logits_multiplier: f64,
+    /// The Mamba layers' input and output factors (Falcon-H1's `ssm_in_multiplier`,
+    /// `ssm_out_multiplier`). Default: `(1, 1)`.
+    #[config(default = "(1.0, 1.0)")]
+    pub mamba_multipliers: (f64, f64),
+    /// The attention layers' input and output factors (Falcon-H1's `attention_in_multiplier`,
+    /// `attention_out_multiplier`). Default: `(1, 1)`.
+    #[config(default = "(1.0, 1.0)")]
+    pub attention_multipliers: (f64, f64),
     /// Share the embedding matrix with the LM head. Default: false.
     #[config(default = false)]
     pub tie_embeddings: bool,
@@ -101,11 +126,23 @@ impl HybridConfig {
             ("embedding_multiplier", self.embedding_multiplier),
             ("residual_multiplier", self.residual_multiplier),
             ("logits_scaling", self.logits_scaling),
+            ("logits_multiplier", self.logits_multiplier),
+            ("ssm_in_multiplier", self.mamba_multipliers.0),
+            ("ssm_out_multiplier", self.mamba_multipliers.1),
+            ("attention_in_multiplier", self.attention_multipliers.0),
+            ("attention_out_multiplier", self.attention_multipliers.1),
         ] {
-            if !v.is_finite() || (field != "embedding_multiplier" && v <= 0.0) {
+            // a divisor must be positive; a factor only finite
+            let positive = matches!(field, "norm_eps" | "logits_scaling");
+            if !v.is_finite() || (positive && v <= 0.0) {
+                let what = if positive {
+                    "finite and positive"
+                } else {
+                    "finite"
+                };
                 return Err(Mamba2Error::config(
                     field,
-                    format!("must be finite and positive, got {v}"),
+                    format!("must be {what}, got {v}"),
                 ));
             }
         }
@@ -115,13 +152,17 @@ impl HybridConfig {
                 format!("{} times the width {d} overflows", self.vocab_size),
             ));
         }
-        if self.layers.contains(&LayerKind::Mamba) {
+        let has = |kinds: [LayerKind; 2]| kinds.iter().any(|k| self.layers.contains(k));
+        if has([LayerKind::Mamba, LayerKind::Parallel]) {
             self.mixer.validate()?;
         }
-        if self.layers.contains(&LayerKind::Attention) {
+        if has([LayerKind::Attention, LayerKind::Parallel]) {
             self.attention.validate()?;
         }
-        self.mlp.validate()
+        if self.mlp_after_mixer || self.layers.contains(&LayerKind::Mlp) {
+            self.mlp.validate()?;
+        }
+        Ok(())
     }
 
     /// The number of parameters [`init`](Self::init) creates, in `f64` (no overflow for sizes
@@ -129,20 +170,8 @@ impl HybridConfig {
     pub fn param_count(&self) -> f64 {
         let f = |v: usize| v as f64;
         let bias = |n: f64, on: bool| if on { n } else { 0.0 };
-        let (d, m) = (f(self.d_model()), &self.mixer);
-        let mamba = {
-            let (di, bc, h) = (f(m.d_inner()), f(2 * m.ngroups * m.d_state), f(m.nheads()));
-            let in_out = 2.0 * di + bc + h;
-            d * in_out
-                + bias(in_out, m.bias)
-                + (di + bc) * f(m.d_conv)
-                + bias(di + bc, m.conv_bias)
-                + 2.0 * h
-                + if m.d_has_hdim { di } else { h }
-                + bias(di, m.rmsnorm)
-                + di * d
-                + bias(d, m.bias)
-        };
+        let d = f(self.d_model());
+        let mamba = self.mixer.param_count();
         let a = &self.attention;
         let attention = {
             let (q, kv) = (f(a.n_heads * a.head_dim), f(a.n_kv_heads * a.head_dim));
@@ -153,13 +182,17 @@ impl HybridConfig {
             let (i, up) = (f(p.d_hidden), if p.gated { 2.0 } else { 1.0 });
             up * d * i + i * d + bias(up * i + d, p.bias)
         };
+        // the MLP after a mixer and its norm
+        let ffn = if self.mlp_after_mixer { mlp + d } else { 0.0 };
         let layers: f64 = self
             .layers
             .iter()
             .map(|kind| match kind {
-                LayerKind::Mamba => mamba,
-                LayerKind::Attention => attention,
-            } + mlp + 2.0 * d)
+                LayerKind::Mamba => mamba + ffn,
+                LayerKind::Attention => attention + ffn,
+                LayerKind::Parallel => mamba + attention + ffn,
+                LayerKind::Mlp => mlp,
+            } + d)
             .sum();
         let embedding = f(self.vocab_size) * d;
         let head = if self.tie_embeddings { 0.0 } else { embedding };
@@ -188,17 +221,21 @@ impl HybridConfig {
             .layers
             .iter()
             .map(|&kind| {
+                let mlp = kind == LayerKind::Mlp || self.mlp_after_mixer;
                 Ok(HybridLayer {
                     input_norm: norm.build(init),
-                    mamba: (kind == LayerKind::Mamba)
+                    mamba: matches!(kind, LayerKind::Mamba | LayerKind::Parallel)
                         .then(|| self.mixer.build(init, 1.0))
                         .transpose()?,
-                    attention: (kind == LayerKind::Attention)
+                    attention: matches!(kind, LayerKind::Attention | LayerKind::Parallel)
                         .then(|| self.attention.build(init))
                         .transpose()?,
-                    ffn_norm: norm.build(init),
-                    mlp: self.mlp.build(init)?,
+                    ffn_norm: (kind != LayerKind::Mlp && self.mlp_after_mixer)
+                        .then(|| norm.build(init)),
+                    mlp: mlp.then(|| self.mlp.build(init)).transpose()?,
                     residual_multiplier: self.residual_multiplier,
+                    mamba_multipliers: self.mamba_multipliers,
+                    attention_multipliers: self.attention_multipliers,
                 })
             })
             .collect::<crate::error::Result<Vec<_>>>()?;
@@ -217,6 +254,7 @@ impl HybridConfig {
             d_model: d,
             embedding_multiplier: self.embedding_multiplier,
             logits_scaling: self.logits_scaling,
+            logits_multiplier: self.logits_multiplier,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! One layer of a hybrid model and its cache: a token mixer (the Mamba-2 layer or attention)
-//! and an MLP, each behind an RMSNorm on a scaled residual branch.
+//! and an MLP, each behind an RMSNorm on a scaled residual branch; or, in the families whose
+//! layers are one operation each (Nemotron-H), the mixer or the MLP alone.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -13,13 +14,19 @@ use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat};
 use crate::ssd::SsdBackend;
 
-/// The token mixer of a layer.
+/// What a layer computes first: its token mixer (or two side by side), or (in Nemotron-H) an
+/// MLP alone.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum LayerKind {
     /// A [`Mamba2`] layer (transformers' `linear_attention`, `mamba`).
     Mamba,
     /// Causal grouped-query [`Attention`] (`full_attention`, `attention`).
     Attention,
+    /// An [`Mlp`] on its own, without a mixer (Nemotron-H's `mlp`).
+    Mlp,
+    /// A [`Mamba2`] layer and [`Attention`] side by side on the same input, their outputs
+    /// summed (Falcon-H1's `hybrid`).
+    Parallel,
 }
 
 /// What one layer carries from one piece of a sequence to the next: the Mamba-2 layer's conv
@@ -50,30 +57,39 @@ impl<B: Backend> LayerCache<B> {
     }
 }
 
-/// A pre-norm layer: `h ← h + r · mixer(input_norm(h))`, then `h ← h + r · mlp(ffn_norm(h))`,
-/// with `r` the residual multiplier. Exactly one of `mamba` and `attention` is present.
+/// A pre-norm layer: `h ← h + r · mixer(input_norm(h))`, then, where the layer has both,
+/// `h ← h + r · mlp(ffn_norm(h))`, with `r` the residual multiplier. The mixer is `mamba`,
+/// `attention`, or both side by side (`o_m · mamba(i_m · u) + o_a · attention(i_a · u)`, with
+/// the branches' in and out multipliers); with neither, the layer is an MLP alone:
+/// `h ← h + r · mlp(input_norm(h))`.
 #[derive(Module, Debug)]
 pub struct HybridLayer<B: Backend> {
-    /// The norm before the mixer.
+    /// The norm before the mixer (or before the MLP of an MLP layer).
     pub input_norm: RmsNorm<B>,
     /// The Mamba-2 mixer, in a Mamba layer.
     pub mamba: Option<Mamba2<B>>,
     /// The attention, in an attention layer.
     pub attention: Option<Attention<B>>,
-    /// The norm before the MLP.
-    pub ffn_norm: RmsNorm<B>,
-    /// The MLP.
-    pub mlp: Mlp<B>,
+    /// The norm before the MLP that follows the mixer (`None` in an MLP layer, and in the
+    /// families whose mixer layers have no MLP).
+    pub ffn_norm: Option<RmsNorm<B>>,
+    /// The MLP: after the mixer, or the whole of an MLP layer.
+    pub mlp: Option<Mlp<B>>,
     pub(crate) residual_multiplier: f64,
+    /// The Mamba branch's input and output factors.
+    pub(crate) mamba_multipliers: (f64, f64),
+    /// The attention branch's input and output factors.
+    pub(crate) attention_multipliers: (f64, f64),
 }
 
 impl<B: Backend> HybridLayer<B> {
-    /// The kind of the layer's mixer.
+    /// What the layer computes first.
     pub fn kind(&self) -> LayerKind {
-        if self.mamba.is_some() {
-            LayerKind::Mamba
-        } else {
-            LayerKind::Attention
+        match (&self.mamba, &self.attention) {
+            (Some(_), Some(_)) => LayerKind::Parallel,
+            (Some(_), None) => LayerKind::Mamba,
+            (None, Some(_)) => LayerKind::Attention,
+            (None, None) => LayerKind::Mlp,
         }
     }
 
@@ -83,10 +99,20 @@ impl<B: Backend> HybridLayer<B> {
         h + cast_to(branch, dtype) * self.residual_multiplier
     }
 
-    /// The MLP's half of the layer.
+    /// The MLP's half of a mixer layer (none where the layer has no `ffn_norm`).
     fn feed_forward<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
-        let u = self.ffn_norm.forward(h.clone());
-        let out = self.mlp.forward(u);
+        match (&self.ffn_norm, &self.mlp) {
+            (Some(norm), Some(mlp)) => {
+                let out = mlp.forward(norm.forward(h.clone()));
+                self.add(h, out)
+            }
+            _ => h,
+        }
+    }
+
+    /// An MLP layer: `h + r · mlp(input_norm(h))`.
+    fn mlp_alone<const D: usize>(&self, h: Tensor<B, D>, mlp: &Mlp<B>) -> Tensor<B, D> {
+        let out = mlp.forward(self.input_norm.forward(h.clone()));
         self.add(h, out)
     }
 
@@ -102,36 +128,35 @@ impl<B: Backend> HybridLayer<B> {
     where
         B: SsdBackend,
     {
+        if let (None, None, Some(mlp)) = (&self.mamba, &self.attention, &self.mlp) {
+            return Ok((self.mlp_alone(h, mlp), LayerCache::empty()));
+        }
         let u = self.input_norm.forward(h.clone());
-        let (out, cache) = match (&self.mamba, &self.attention) {
-            (Some(mamba), _) => {
-                let (y, state) = mamba.forward(u, cache.mamba)?;
-                (
-                    y,
-                    LayerCache {
-                        mamba: Some(state),
-                        kv: None,
-                    },
-                )
-            }
-            (None, Some(attention)) => {
-                let (y, kv) = attention.forward(u, cache.kv)?;
-                (
-                    y,
-                    LayerCache {
-                        mamba: None,
-                        kv: Some(kv),
-                    },
-                )
-            }
-            (None, None) => unreachable!("a layer has a mixer"),
-        };
+        let mut next = LayerCache::empty();
+        let mut out = None;
+        if let Some(mamba) = &self.mamba {
+            let (mi, mo) = self.mamba_multipliers;
+            let (y, state) = mamba.forward(scaled(u.clone(), mi), cache.mamba)?;
+            out = Some(scaled(y, mo));
+            next.mamba = Some(state);
+        }
+        if let Some(attention) = &self.attention {
+            let (ai, ao) = self.attention_multipliers;
+            let (y, kv) = attention.forward(scaled(u, ai), cache.kv)?;
+            let y = scaled(y, ao);
+            out = Some(match out {
+                Some(m) => m + y,
+                None => y,
+            });
+            next.kv = Some(kv);
+        }
+        let out = out.expect("a layer without a mixer has an MLP");
         let h = self.add(h, out);
-        Ok((self.feed_forward(h), cache))
+        Ok((self.feed_forward(h), next))
     }
 
-    /// One token through the layer: the Mamba-2 layer's recurrent step, or attention over the
-    /// cache and the token.
+    /// One token through the layer: the Mamba-2 layer's recurrent step, attention over the
+    /// cache and the token, both side by side, or the MLP.
     ///
     /// # Shapes
     /// - h: `[b, d_model]`; returns `[b, d_model]` and the new cache
@@ -147,23 +172,44 @@ impl<B: Backend> HybridLayer<B> {
         // the step of `granite_dense` gave every row the logits of row 0 on Wgpu with fusion
         // (see `precision::reshape_via_flat`); a flat copy for attention, none for the Mamba step
         let [b, d] = h.dims();
-        let Some(mamba) = &self.mamba else {
-            let (h, cache) = self.forward(reshape_via_flat(h, [b, 1, d]), cache)?;
-            return Ok((reshape_via_flat(h, [b, d]), cache));
-        };
-        let state = match cache.mamba {
-            Some(state) => state,
-            None => mamba.zero_state(b, &h.device()),
-        };
+        if let (None, None, Some(mlp)) = (&self.mamba, &self.attention, &self.mlp) {
+            return Ok((self.mlp_alone(h, mlp), LayerCache::empty()));
+        }
         let u = self.input_norm.forward(h.clone());
-        let (y, state) = mamba.step(u, state)?;
-        let h = self.feed_forward(self.add(h, y));
-        Ok((
-            h,
-            LayerCache {
-                mamba: Some(state),
-                kv: None,
-            },
-        ))
+        let mut next = LayerCache::empty();
+        let mut out = None;
+        if let Some(mamba) = &self.mamba {
+            let state = match cache.mamba {
+                Some(state) => state,
+                None => mamba.zero_state(b, &h.device()),
+            };
+            let (mi, mo) = self.mamba_multipliers;
+            let (y, state) = mamba.step(scaled(u.clone(), mi), state)?;
+            out = Some(scaled(y, mo));
+            next.mamba = Some(state);
+        }
+        if let Some(attention) = &self.attention {
+            let (ai, ao) = self.attention_multipliers;
+            let x = reshape_via_flat(scaled(u, ai), [b, 1, d]);
+            let (y, kv) = attention.forward(x, cache.kv)?;
+            let y = scaled(reshape_via_flat(y, [b, d]), ao);
+            out = Some(match out {
+                Some(m) => m + y,
+                None => y,
+            });
+            next.kv = Some(kv);
+        }
+        let out = out.expect("a layer without a mixer has an MLP");
+        let h = self.add(h, out);
+        Ok((self.feed_forward(h), next))
+    }
+}
+
+/// `t · factor`, skipped where the factor is 1.
+fn scaled<B: Backend, const D: usize>(t: Tensor<B, D>, factor: f64) -> Tensor<B, D> {
+    if factor == 1.0 {
+        t
+    } else {
+        t * factor
     }
 }

@@ -27,8 +27,8 @@ impl<B: Backend> HybridCache<B> {
     }
 }
 
-/// A hybrid causal language model (Granite 4.0-H and its kin): Mamba-2 and attention layers,
-/// each followed by an MLP, over one residual stream.
+/// A hybrid causal language model (Granite 4.0-H, Bamba, Nemotron-H, Falcon-H1): Mamba-2 and
+/// attention layers (alone or side by side) and MLPs over one residual stream.
 ///
 /// Built by [`HybridConfig::init`](super::HybridConfig::init) or loaded from a transformers
 /// folder by [`load_hybrid`](crate::checkpoint::load_hybrid).
@@ -46,6 +46,7 @@ pub struct HybridLm<B: Backend> {
     pub(crate) d_model: usize,
     pub(crate) embedding_multiplier: f64,
     pub(crate) logits_scaling: f64,
+    pub(crate) logits_multiplier: f64,
 }
 
 impl<B: Backend> HybridLm<B> {
@@ -98,7 +99,17 @@ impl<B: Backend> HybridLm<B> {
             Some(head) => head.forward(h),
             None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<D>()),
         };
-        logits / self.logits_scaling
+        // Granite divides, Falcon-H1 multiplies: each as its family does, for the same rounding
+        let logits = if self.logits_scaling == 1.0 {
+            logits
+        } else {
+            logits / self.logits_scaling
+        };
+        if self.logits_multiplier == 1.0 {
+            logits
+        } else {
+            logits * self.logits_multiplier
+        }
     }
 
     /// The residual stream after each layer (before the final norm), continuing from `cache`

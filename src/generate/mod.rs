@@ -1,7 +1,9 @@
 //! Generation with a [`Mamba2Lm`]: each prompt prefilled with the chunked forward, then one new
 //! token at a time through the recurrent step, greedy or sampled, until a stop token or the
 //! length limit, for a batch of prompts of any lengths, every token handed to a callback as
-//! it is chosen.
+//! it is chosen. The same loop drives the hybrid models (`hybrid`).
+
+mod hybrid;
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -116,22 +118,7 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         mut on_token: impl FnMut(usize, i64) -> ControlFlow<()>,
     ) -> crate::error::Result<Generation> {
         let vocab = self.vocab_size();
-        if prompts.is_empty() {
-            return Err(Mamba2Error::InvalidInput {
-                name: "prompts",
-                reason: "no prompt".into(),
-            });
-        }
-        if let Some(i) = prompts.iter().position(Vec::is_empty) {
-            return Err(Mamba2Error::InvalidInput {
-                name: "prompts",
-                reason: format!("prompt {i} is empty"),
-            });
-        }
-        for prompt in prompts {
-            self.check_token_ids(prompt)?;
-        }
-        check_in_vocab(&config.stop_tokens, vocab, None, "stop_tokens")?;
+        check_prompts(prompts, vocab, config)?;
         let mut sampler =
             Sampler::new(config.temperature, config.top_k, config.top_p, config.seed)?;
         let step = match config.step {
@@ -143,23 +130,12 @@ impl<B: SsdBackend> Mamba2Lm<B> {
         let start = Instant::now();
         let Prefill {
             position,
-            logits: mut last,
+            logits: last,
             state,
         } = self.prefill(prompts)?;
         let prefill_time = start.elapsed();
-        // the prompt in each batch row
-        let mut row_at = vec![0; prompts.len()];
-        for (row, &pos) in position.iter().enumerate() {
-            row_at[pos] = row;
-        }
-
         let start = Instant::now();
         let n = prompts.len();
-        let mut tokens = vec![Vec::new(); n];
-        let mut finish: Vec<Option<Finish>> = vec![None; n];
-        if config.max_new_tokens == 0 {
-            finish.fill(Some(Finish::Length));
-        }
         let mut decoder = match step {
             DecodeStep::Cpu => {
                 let cpu = CpuLm::from_lm(self);
@@ -170,40 +146,18 @@ impl<B: SsdBackend> Mamba2Lm<B> {
             }
             _ => Decoder::Tensor { state },
         };
-        // the last token of each batch row (a finished row keeps stepping on its last token)
-        let mut next = vec![0i64; n];
-        'decode: while finish.iter().any(Option::is_none) {
-            for row in 0..n {
-                if finish[row].is_some() {
-                    continue;
-                }
-                let pos = position[row];
-                let token = sampler.pick(&last[pos * vocab..(pos + 1) * vocab]) as i64;
-                next[pos] = token;
-                tokens[row].push(token);
-                if on_token(row, token).is_break() {
-                    for f in finish.iter_mut().filter(|f| f.is_none()) {
-                        *f = Some(Finish::Cancelled);
-                    }
-                    break 'decode;
-                }
-                if config.stop_tokens.contains(&token) {
-                    finish[row] = Some(Finish::Stop);
-                } else if tokens[row].len() >= config.max_new_tokens {
-                    finish[row] = Some(Finish::Length);
-                }
-            }
-            if finish.iter().any(Option::is_none) {
-                let active: Vec<bool> = row_at.iter().map(|&row| finish[row].is_none()).collect();
-                decoder.step(self, &next, &active, &mut last)?;
-            }
-        }
+        let (tokens, finish) = decode_loop(
+            &position,
+            last,
+            vocab,
+            config,
+            &mut sampler,
+            &mut on_token,
+            |next, active, logits| decoder.step(self, next, active, logits),
+        )?;
         Ok(Generation {
             tokens,
-            finish: finish
-                .into_iter()
-                .map(|f| f.unwrap_or(Finish::Length))
-                .collect(),
+            finish,
             step,
             prompt_tokens: prompts.iter().map(Vec::len).sum(),
             prefill_time,
@@ -245,6 +199,91 @@ impl<B: SsdBackend> Mamba2Lm<B> {
             state,
         })
     }
+}
+
+/// Checks what every model's `generate` is given: at least one prompt, none empty, every token
+/// and stop token in the vocabulary.
+pub(crate) fn check_prompts(
+    prompts: &[Vec<i64>],
+    vocab: usize,
+    config: &GenerateConfig,
+) -> crate::error::Result<()> {
+    if prompts.is_empty() {
+        return Err(Mamba2Error::InvalidInput {
+            name: "prompts",
+            reason: "no prompt".into(),
+        });
+    }
+    if let Some(i) = prompts.iter().position(Vec::is_empty) {
+        return Err(Mamba2Error::InvalidInput {
+            name: "prompts",
+            reason: format!("prompt {i} is empty"),
+        });
+    }
+    for prompt in prompts {
+        check_in_vocab(prompt, vocab, None, "input_ids")?;
+    }
+    check_in_vocab(&config.stop_tokens, vocab, None, "stop_tokens")
+}
+
+/// The decode loop of every model's `generate`: picks each prompt's next token from its row of
+/// `last` (`[b, vocab]` on the host; prompt `i` is batch row `position[i]`), hands it to
+/// `on_token`, ends the prompt at a stop token or the length limit, and asks `step` for the
+/// next logits of the batch (`step(tokens by row, whether each row goes on, logits)`), until
+/// every prompt has ended. Returns each prompt's new tokens and why it ended.
+pub(crate) fn decode_loop(
+    position: &[usize],
+    mut last: Vec<f32>,
+    vocab: usize,
+    config: &GenerateConfig,
+    sampler: &mut Sampler,
+    on_token: &mut impl FnMut(usize, i64) -> ControlFlow<()>,
+    mut step: impl FnMut(&[i64], &[bool], &mut [f32]) -> crate::error::Result<()>,
+) -> crate::error::Result<(Vec<Vec<i64>>, Vec<Finish>)> {
+    let n = position.len();
+    // the prompt in each batch row
+    let mut row_at = vec![0; n];
+    for (row, &pos) in position.iter().enumerate() {
+        row_at[pos] = row;
+    }
+    let mut tokens = vec![Vec::new(); n];
+    let mut finish: Vec<Option<Finish>> = vec![None; n];
+    if config.max_new_tokens == 0 {
+        finish.fill(Some(Finish::Length));
+    }
+    // the last token of each batch row (a finished row keeps stepping on its last token)
+    let mut next = vec![0i64; n];
+    'decode: while finish.iter().any(Option::is_none) {
+        for row in 0..n {
+            if finish[row].is_some() {
+                continue;
+            }
+            let pos = position[row];
+            let token = sampler.pick(&last[pos * vocab..(pos + 1) * vocab]) as i64;
+            next[pos] = token;
+            tokens[row].push(token);
+            if on_token(row, token).is_break() {
+                for f in finish.iter_mut().filter(|f| f.is_none()) {
+                    *f = Some(Finish::Cancelled);
+                }
+                break 'decode;
+            }
+            if config.stop_tokens.contains(&token) {
+                finish[row] = Some(Finish::Stop);
+            } else if tokens[row].len() >= config.max_new_tokens {
+                finish[row] = Some(Finish::Length);
+            }
+        }
+        if finish.iter().any(Option::is_none) {
+            let active: Vec<bool> = row_at.iter().map(|&row| finish[row].is_none()).collect();
+            step(&next, &active, &mut last)?;
+        }
+    }
+    let finish = finish
+        .into_iter()
+        .map(|f| f.unwrap_or(Finish::Length))
+        .collect();
+    Ok((tokens, finish))
 }
 
 /// What the prefill leaves: where each prompt is in the batch, the batch's last logits
@@ -303,7 +342,7 @@ impl<B: Backend> Decoder<B> {
 }
 
 /// A tensor's values on the host in `f32`.
-fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+pub(crate) fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
         .to_vec()

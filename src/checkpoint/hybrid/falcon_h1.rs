@@ -1,0 +1,221 @@
+//! TII's Falcon-H1 as transformers 5.25 saves it (`model_type: falcon_h1`): its `config.json`
+//! read into a [`HybridConfig`], and its tensor names. Every layer runs a Mamba layer and
+//! attention side by side on the same input; μP multipliers scale the embedding, each branch's
+//! input and output, in_proj's five pieces, the keys, the MLP and the logits.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{check_silu, mamba_head_dim, proj_mlp, Layout, Rope};
+use crate::error::Result;
+use crate::layers::attention::AttentionConfig;
+use crate::layers::mixer::{DtLimit, Mamba2Config};
+use crate::layers::mlp::MlpConfig;
+use crate::models::hybrid::{HybridConfig, HybridFamily, LayerKind};
+
+/// `FalconH1Config`'s fields; absent ones take transformers 5.25's defaults.
+#[derive(Deserialize)]
+pub(super) struct FalconH1Config {
+    #[serde(default = "defaults::vocab_size")]
+    vocab_size: usize,
+    #[serde(default = "defaults::hidden_size")]
+    hidden_size: usize,
+    #[serde(default = "defaults::intermediate_size")]
+    intermediate_size: usize,
+    #[serde(default = "defaults::num_hidden_layers")]
+    num_hidden_layers: usize,
+    #[serde(default = "defaults::num_attention_heads")]
+    num_attention_heads: usize,
+    #[serde(default = "defaults::num_key_value_heads")]
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    #[serde(default = "defaults::hidden_act")]
+    hidden_act: String,
+    #[serde(default = "defaults::rms_norm_eps")]
+    rms_norm_eps: f64,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(flatten)]
+    rope: Rope,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    mlp_bias: bool,
+    /// The Mamba layers' width; `null` is `mamba_expand · hidden_size`.
+    #[serde(default = "defaults::mamba_d_ssm")]
+    mamba_d_ssm: Option<usize>,
+    #[serde(default = "defaults::mamba_n_heads")]
+    mamba_n_heads: usize,
+    mamba_d_head: Option<serde_json::Value>,
+    #[serde(default = "defaults::one")]
+    mamba_n_groups: usize,
+    #[serde(default = "defaults::mamba_d_state")]
+    mamba_d_state: usize,
+    #[serde(default = "defaults::mamba_d_conv")]
+    mamba_d_conv: usize,
+    #[serde(default = "defaults::mamba_expand")]
+    mamba_expand: usize,
+    #[serde(default = "defaults::mamba_chunk_size")]
+    mamba_chunk_size: usize,
+    #[serde(default = "defaults::enabled")]
+    mamba_conv_bias: bool,
+    #[serde(default)]
+    mamba_proj_bias: bool,
+    #[serde(default = "defaults::enabled")]
+    mamba_norm_before_gate: bool,
+    #[serde(default)]
+    mamba_rms_norm: bool,
+    #[serde(default)]
+    projectors_bias: bool,
+    #[serde(default)]
+    time_step_limit: DtLimit,
+    #[serde(default = "defaults::unit")]
+    lm_head_multiplier: f64,
+    #[serde(default = "defaults::unit")]
+    embedding_multiplier: f64,
+    mlp_multipliers: Option<[f64; 2]>,
+    #[serde(default = "defaults::unit")]
+    key_multiplier: f64,
+    #[serde(default = "defaults::unit")]
+    attention_in_multiplier: f64,
+    #[serde(default = "defaults::unit")]
+    attention_out_multiplier: f64,
+    ssm_multipliers: Option<[f64; 5]>,
+    #[serde(default = "defaults::unit")]
+    ssm_in_multiplier: f64,
+    #[serde(default = "defaults::unit")]
+    ssm_out_multiplier: f64,
+    #[serde(default = "defaults::initializer_range")]
+    initializer_range: f64,
+}
+
+/// transformers 5.25's `FalconH1Config` defaults.
+mod defaults {
+    pub fn unit() -> f64 {
+        1.0
+    }
+    pub fn one() -> usize {
+        1
+    }
+    pub fn enabled() -> bool {
+        true
+    }
+    pub fn vocab_size() -> usize {
+        128000
+    }
+    pub fn hidden_size() -> usize {
+        4096
+    }
+    pub fn intermediate_size() -> usize {
+        14336
+    }
+    pub fn num_hidden_layers() -> usize {
+        32
+    }
+    pub fn num_attention_heads() -> usize {
+        32
+    }
+    pub fn num_key_value_heads() -> Option<usize> {
+        Some(8)
+    }
+    pub fn hidden_act() -> String {
+        "silu".into()
+    }
+    pub fn rms_norm_eps() -> f64 {
+        1e-5
+    }
+    pub fn mamba_d_ssm() -> Option<usize> {
+        Some(1024)
+    }
+    pub fn mamba_n_heads() -> usize {
+        128
+    }
+    pub fn mamba_d_state() -> usize {
+        256
+    }
+    pub fn mamba_d_conv() -> usize {
+        4
+    }
+    pub fn mamba_expand() -> usize {
+        2
+    }
+    pub fn mamba_chunk_size() -> usize {
+        256
+    }
+    pub fn initializer_range() -> f64 {
+        0.02
+    }
+}
+
+impl FalconH1Config {
+    pub(super) fn into_config(self, file: &Path) -> Result<HybridConfig> {
+        // one activation for the MLP and the Mamba layers' convolution
+        check_silu("hidden_act", &self.hidden_act, file)?;
+        let d = self.hidden_size;
+        let d_inner = self.mamba_d_ssm.unwrap_or(self.mamba_expand * d);
+        let headdim = mamba_head_dim(self.mamba_d_head.as_ref(), d_inner, self.mamba_n_heads)?;
+        let mixer = Mamba2Config::new(d)
+            .with_inner_size(Some(d_inner))
+            .with_expand(self.mamba_expand)
+            .with_d_state(self.mamba_d_state)
+            .with_d_conv(self.mamba_d_conv)
+            .with_headdim(headdim)
+            .with_ngroups(self.mamba_n_groups)
+            .with_chunk_size(self.mamba_chunk_size)
+            .with_dt_limit(self.time_step_limit)
+            .with_bias(self.mamba_proj_bias)
+            .with_out_proj_bias(Some(self.projectors_bias))
+            .with_conv_bias(self.mamba_conv_bias)
+            .with_rmsnorm(self.mamba_rms_norm)
+            .with_norm_before_gate(self.mamba_norm_before_gate)
+            .with_norm_eps(self.rms_norm_eps)
+            .with_in_proj_multipliers(self.ssm_multipliers);
+        let n_heads = self.num_attention_heads;
+        let head_dim = self.head_dim.unwrap_or(d / n_heads.max(1));
+        // the whole head rotated: this family's code does not read `partial_rotary_factor`
+        let rope = self.rope.config(head_dim, None, file)?;
+        let attention = AttentionConfig::new(
+            d,
+            n_heads,
+            self.num_key_value_heads.unwrap_or(n_heads),
+            head_dim,
+        )
+        .with_bias(self.attention_bias)
+        .with_key_multiplier(self.key_multiplier)
+        .with_rope(Some(rope));
+        let [gate, down] = self.mlp_multipliers.unwrap_or([1.0, 1.0]);
+        let mlp = MlpConfig::new(d, self.intermediate_size)
+            .with_bias(self.mlp_bias)
+            .with_multipliers((gate, down));
+        let config = HybridConfig::new(
+            HybridFamily::FalconH1,
+            self.vocab_size,
+            vec![LayerKind::Parallel; self.num_hidden_layers],
+            mixer,
+            attention,
+            mlp,
+        )
+        .with_norm_eps(self.rms_norm_eps)
+        .with_embedding_multiplier(self.embedding_multiplier)
+        .with_logits_multiplier(self.lm_head_multiplier)
+        .with_mamba_multipliers((self.ssm_in_multiplier, self.ssm_out_multiplier))
+        .with_attention_multipliers((self.attention_in_multiplier, self.attention_out_multiplier))
+        .with_tie_embeddings(self.tie_word_embeddings)
+        .with_initializer_range(self.initializer_range);
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Falcon-H1's tensor names.
+pub(super) const LAYOUT: Layout = Layout {
+    prefix: "model",
+    embedding: "embed_tokens",
+    final_norm: "final_layernorm",
+    input_norm: "input_layernorm",
+    ffn_norm: "pre_ff_layernorm",
+    mamba: "mamba",
+    attention: "self_attn",
+    mlp: |prefix, tail| proj_mlp("feed_forward", prefix, tail),
+};
