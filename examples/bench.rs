@@ -64,7 +64,8 @@ struct Args {
     /// Modes to run, comma separated: train, forward, step, decode (greedy decoding with the
     /// tensor step at `--batch`), ssd, ssd-train (one layer's SSD
     /// alone, forward and backward, on the `--ssd` path), ssd-cost (the fused GPU
-    /// scan's cost model at this shape, `mamba2_burn::ssd::cost`: no device, nothing timed).
+    /// scan's cost model at this shape, `mamba2_burn::ssd::cost`: no device, nothing timed),
+    /// hybrid-params (each hybrid preset's parameter count and the published one: no device).
     #[arg(long, default_value = "train,forward,step,ssd", value_delimiter = ',')]
     mode: Vec<String>,
     /// Backend: cpu (NdArray), wgpu (with `--features wgpu`), cuda (with `--features cuda`).
@@ -930,13 +931,31 @@ fn run_modes<B: SsdBackend>(
             other => {
                 eprintln!(
                     "error: unknown --mode {other:?} (train, forward, step, decode, ssd, ssd-train, \
-                     ssd-cost)"
+                     ssd-cost, hybrid-params)"
                 );
                 std::process::exit(2);
             }
         }
     }
     Ok(())
+}
+
+/// One line per hybrid preset: its parameter count from its config, and the published one.
+fn hybrid_params() {
+    for (name, _, published) in mamba2_burn::checkpoint::HYBRID_PRESETS {
+        match mamba2_burn::checkpoint::hybrid_preset(name) {
+            Ok(config) => println!(
+                "{}",
+                json!({
+                    "mode": "hybrid-params",
+                    "preset": name,
+                    "params": config.num_params(),
+                    "published": published,
+                })
+            ),
+            Err(e) => eprintln!("error: preset {name}: {e}"),
+        }
+    }
 }
 
 fn main() {
@@ -966,11 +985,15 @@ fn main() {
             });
         }
     }
+    // the hybrid presets' parameter counts need no device either
+    if args.mode.iter().any(|m| m == "hybrid-params") {
+        hybrid_params();
+    }
     let args = Args {
         mode: args
             .mode
             .iter()
-            .filter(|m| *m != "ssd-cost")
+            .filter(|m| *m != "ssd-cost" && *m != "hybrid-params")
             .cloned()
             .collect(),
         ..args

@@ -405,6 +405,17 @@ fn param_count_is_what_the_files_hold() {
     }
 }
 
+/// The presets of published models have their published parameter counts.
+#[test]
+fn presets_have_the_published_parameter_counts() {
+    use mamba2_burn::checkpoint::{hybrid_preset, HYBRID_PRESETS};
+    for (name, _, published) in HYBRID_PRESETS {
+        let config = hybrid_preset(name).unwrap();
+        assert_eq!(config.num_params() as u64, published, "{name}");
+    }
+    assert!(hybrid_preset("granite-4.0-h-2t").is_err());
+}
+
 /// `generate` batches prompts of different lengths (each length its own batch, with its own
 /// KV cache) and gives each the tokens it gets alone; stop tokens end a prompt, and the host
 /// step, which hybrids do not have, is refused.

@@ -44,7 +44,10 @@ use safetensors::{
 use weights::{file_size, WeightFiles};
 
 pub use config::{read_config, CheckpointFormat};
-pub use hybrid::{hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config};
+pub use hybrid::{
+    hybrid_preset, hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config,
+    HYBRID_PRESETS,
+};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;
 

@@ -7,6 +7,9 @@ mod bamba;
 mod falcon_h1;
 mod granite;
 mod nemotron_h;
+mod presets;
+
+pub use presets::{hybrid_preset, HYBRID_PRESETS};
 
 use std::path::Path;
 
@@ -39,17 +42,24 @@ pub fn is_hybrid_folder(dir: &Path) -> Result<bool> {
 pub fn read_hybrid_config(dir: &Path) -> Result<HybridConfig> {
     let file = dir.join("config.json");
     let (value, writer) = read_json(&file)?;
+    config_from_value(value, &file, &writer)
+}
+
+/// The hybrid config of the `config.json` fields `value` (of `file`, written by `writer`), by
+/// their `model_type`.
+fn config_from_value(value: serde_json::Value, file: &Path, writer: &str) -> Result<HybridConfig> {
+    let file = file.to_path_buf();
     let kind = model_type(&value).map(str::to_owned);
     let config = match kind.as_deref() {
         Some("granitemoehybrid") => {
-            from_json::<granite::GraniteConfig>(value, &file, &writer)?.into_config(&file)
+            from_json::<granite::GraniteConfig>(value, &file, writer)?.into_config(&file)
         }
-        Some("bamba") => from_json::<bamba::BambaConfig>(value, &file, &writer)?.into_config(&file),
+        Some("bamba") => from_json::<bamba::BambaConfig>(value, &file, writer)?.into_config(&file),
         Some("nemotron_h") => {
-            from_json::<nemotron_h::NemotronHConfig>(value, &file, &writer)?.into_config(&file)
+            from_json::<nemotron_h::NemotronHConfig>(value, &file, writer)?.into_config(&file)
         }
         Some("falcon_h1") => {
-            from_json::<falcon_h1::FalconH1Config>(value, &file, &writer)?.into_config(&file)
+            from_json::<falcon_h1::FalconH1Config>(value, &file, writer)?.into_config(&file)
         }
         other => Err(Mamba2Error::Unsupported {
             file: file.clone(),

@@ -104,7 +104,7 @@ impl Mamba2Config {
         let f = |v: usize| v as f64;
         let bias = |n: f64, on: bool| if on { n } else { 0.0 };
         let d_model = f(self.d_model);
-        let d_inner = self.inner_size.map_or(f(self.expand) * d_model, |w| f(w));
+        let d_inner = self.inner_size.map_or(f(self.expand) * d_model, f);
         let heads = (d_inner / f(self.headdim.max(1))).floor();
         let bc = 2.0 * f(self.ngroups) * f(self.d_state);
         let in_out = 2.0 * d_inner + bc + heads;
