@@ -92,59 +92,22 @@ pub(super) struct FalconH1Config {
 
 /// transformers 5.25's `FalconH1Config` defaults.
 mod defaults {
-    pub fn unit() -> f64 {
-        1.0
-    }
-    pub fn one() -> usize {
-        1
-    }
-    pub fn enabled() -> bool {
-        true
-    }
+    pub use super::super::defaults::*;
+
     pub fn vocab_size() -> usize {
         128000
-    }
-    pub fn hidden_size() -> usize {
-        4096
     }
     pub fn intermediate_size() -> usize {
         14336
     }
-    pub fn num_hidden_layers() -> usize {
-        32
-    }
-    pub fn num_attention_heads() -> usize {
-        32
-    }
     pub fn num_key_value_heads() -> Option<usize> {
         Some(8)
-    }
-    pub fn hidden_act() -> String {
-        "silu".into()
     }
     pub fn rms_norm_eps() -> f64 {
         1e-5
     }
     pub fn mamba_d_ssm() -> Option<usize> {
         Some(1024)
-    }
-    pub fn mamba_n_heads() -> usize {
-        128
-    }
-    pub fn mamba_d_state() -> usize {
-        256
-    }
-    pub fn mamba_d_conv() -> usize {
-        4
-    }
-    pub fn mamba_expand() -> usize {
-        2
-    }
-    pub fn mamba_chunk_size() -> usize {
-        256
-    }
-    pub fn initializer_range() -> f64 {
-        0.02
     }
 }
 

@@ -35,13 +35,13 @@ pub(super) struct GraniteConfig {
     rope: Rope,
     #[serde(default)]
     attention_bias: bool,
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::unit")]
     embedding_multiplier: f64,
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::unit")]
     logits_scaling: f64,
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::unit")]
     residual_multiplier: f64,
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::unit")]
     attention_multiplier: f64,
     #[serde(default = "defaults::num_local_experts")]
     num_local_experts: usize,
@@ -52,7 +52,7 @@ pub(super) struct GraniteConfig {
     layer_types: Option<Vec<String>>,
     #[serde(default = "defaults::mamba_n_heads")]
     mamba_n_heads: usize,
-    #[serde(default = "defaults::one_usize")]
+    #[serde(default = "defaults::one")]
     mamba_n_groups: usize,
     #[serde(default = "defaults::mamba_d_state")]
     mamba_d_state: usize,
@@ -75,29 +75,10 @@ pub(super) struct GraniteConfig {
 
 /// transformers 5.25's `GraniteMoeHybridConfig` defaults.
 mod defaults {
-    pub fn one() -> f64 {
-        1.0
-    }
-    pub fn one_usize() -> usize {
-        1
-    }
-    pub fn enabled() -> bool {
-        true
-    }
+    pub use super::super::defaults::*;
+
     pub fn vocab_size() -> usize {
         32000
-    }
-    pub fn hidden_size() -> usize {
-        4096
-    }
-    pub fn num_hidden_layers() -> usize {
-        32
-    }
-    pub fn num_attention_heads() -> usize {
-        32
-    }
-    pub fn hidden_act() -> String {
-        "silu".into()
     }
     pub fn rms_norm_eps() -> f64 {
         1e-6
@@ -107,24 +88,6 @@ mod defaults {
     }
     pub fn shared_intermediate_size() -> usize {
         1024
-    }
-    pub fn mamba_n_heads() -> usize {
-        128
-    }
-    pub fn mamba_d_state() -> usize {
-        256
-    }
-    pub fn mamba_d_conv() -> usize {
-        4
-    }
-    pub fn mamba_expand() -> usize {
-        2
-    }
-    pub fn mamba_chunk_size() -> usize {
-        256
-    }
-    pub fn initializer_range() -> f64 {
-        0.02
     }
 }
 

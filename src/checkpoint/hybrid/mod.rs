@@ -27,6 +27,50 @@ use crate::models::hybrid::{HybridConfig, HybridFamily, HybridLm, LayerKind};
 /// The `model_type`s [`load_hybrid`] reads.
 const MODEL_TYPES: &str = "granitemoehybrid, bamba, nemotron_h, falcon_h1";
 
+/// transformers 5.25's defaults that Granite's, Bamba's and Falcon-H1's configs share (each
+/// family's own are in its file).
+mod defaults {
+    pub fn unit() -> f64 {
+        1.0
+    }
+    pub fn one() -> usize {
+        1
+    }
+    pub fn enabled() -> bool {
+        true
+    }
+    pub fn hidden_size() -> usize {
+        4096
+    }
+    pub fn num_hidden_layers() -> usize {
+        32
+    }
+    pub fn num_attention_heads() -> usize {
+        32
+    }
+    pub fn hidden_act() -> String {
+        "silu".into()
+    }
+    pub fn mamba_n_heads() -> usize {
+        128
+    }
+    pub fn mamba_d_state() -> usize {
+        256
+    }
+    pub fn mamba_d_conv() -> usize {
+        4
+    }
+    pub fn mamba_expand() -> usize {
+        2
+    }
+    pub fn mamba_chunk_size() -> usize {
+        256
+    }
+    pub fn initializer_range() -> f64 {
+        0.02
+    }
+}
+
 /// The name a tensor has in the files: see [`TensorSource`].
 type TensorName = TensorSource;
 
