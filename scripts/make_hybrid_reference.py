@@ -38,8 +38,13 @@ GREEDY = 24
 
 
 def perturb(model, g):
-    """Move every parameter off its initial value, so that every term shows in the outputs."""
+    """Move every parameter off its initial value, so that every term shows in the outputs; and
+    the sigmoid routers' correction bias (a buffer, saved with the weights), so that it changes
+    the choice of experts."""
     with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.2 * torch.randn(b.shape, generator=g))
         for name, p in model.named_parameters():
             if name.endswith("A_log"):
                 p.copy_(torch.log(torch.empty_like(p).uniform_(0.5, 8.0, generator=g)))
@@ -59,11 +64,12 @@ def perturb(model, g):
 
 def granite(layer_types, *, vocab=64, hidden=32, heads=4, kv_heads=2, mamba_heads=4, state=8,
             groups=2, chunk=8, rope=True, attention_bias=False, proj_bias=False, conv_bias=True,
-            tie=False, embedding_multiplier=3.0, dt_limit=(0.0, float("inf"))):
+            tie=False, embedding_multiplier=3.0, dt_limit=(0.0, float("inf")), experts=0, top_k=2):
     return GraniteMoeHybridConfig(
         vocab_size=vocab, hidden_size=hidden, num_hidden_layers=len(layer_types),
         layer_types=list(layer_types), num_attention_heads=heads, num_key_value_heads=kv_heads,
-        num_local_experts=0, shared_intermediate_size=48, intermediate_size=40,
+        num_local_experts=experts, num_experts_per_tok=top_k, shared_intermediate_size=48,
+        intermediate_size=40,
         mamba_n_heads=mamba_heads, mamba_d_state=state, mamba_n_groups=groups, mamba_d_conv=4,
         mamba_expand=2, mamba_chunk_size=chunk, mamba_conv_bias=conv_bias,
         mamba_proj_bias=proj_bias, attention_bias=attention_bias,
@@ -92,6 +98,8 @@ def bamba(attn_layer_indices, n_layers, *, vocab=64, hidden=32, heads=4, kv_head
 
 def nemotron_h(pattern, *, vocab=64, hidden=32, heads=4, kv_heads=2, head_dim=12, mamba_heads=6,
                mamba_head_dim=8, state=8, groups=2, chunk=8, tie=True):
+    # the `E` layers: 8 relu² experts in 4 groups of 2, 3 a token from the 2 best groups, the
+    # chosen sigmoid scores normalised and scaled, a shared expert of its own width
     # one operation per layer; the Mamba width (heads · head_dim) and the attention's
     # (heads · head_dim) both differ from the residual stream's; `tie_word_embeddings` is set,
     # which this family ignores (its head is always its own tensor)
@@ -101,8 +109,10 @@ def nemotron_h(pattern, *, vocab=64, hidden=32, heads=4, kv_heads=2, head_dim=12
         intermediate_size=40, mlp_hidden_act="relu2", mlp_bias=True, mamba_num_heads=mamba_heads,
         mamba_head_dim=mamba_head_dim, ssm_state_size=state, n_groups=groups, conv_kernel=4,
         chunk_size=chunk, use_bias=True, use_conv_bias=True, layer_norm_epsilon=1e-5,
-        tie_word_embeddings=tie, pad_token_id=None, bos_token_id=None, eos_token_id=None,
-        max_position_embeddings=256)
+        n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=24,
+        moe_shared_expert_intermediate_size=36, n_group=4, topk_group=2, norm_topk_prob=True,
+        routed_scaling_factor=1.7, tie_word_embeddings=tie, pad_token_id=None, bos_token_id=None,
+        eos_token_id=None, max_position_embeddings=256)
 
 
 def falcon_h1(n_layers, *, vocab=64, hidden=32, heads=4, kv_heads=2, d_ssm=48, mamba_heads=6,
@@ -133,21 +143,22 @@ CASES = {
     "granite_dense": dict(config=lambda: granite(
         ["linear_attention", "full_attention", "linear_attention"], attention_bias=True,
         proj_bias=True), batch=2, seq=21, seed=11),
-    # as Granite 4.0-H is: attention without positions (NoPE), no biases; here attention first,
-    # one KV head for 4 query heads, tied embeddings. (With NoPE a bias on k_proj adds the same
-    # amount to every score of a query, which the softmax cancels: its gradient is zero, and
-    # transformers' f32 softmax leaves only rounding noise to compare with.)
-    "granite_nope_tied": dict(config=lambda: granite(
+    # as Granite 4.0-H's MoE models are: 4 experts (2 a token) beside the shared MLP in every
+    # layer, attention without positions (NoPE), no biases; here attention first, one KV head for
+    # 4 query heads, tied embeddings. (With NoPE a bias on k_proj adds the same amount to every
+    # score of a query, which the softmax cancels: its gradient is zero, and transformers' f32
+    # softmax leaves only rounding noise to compare with.)
+    "granite_moe_nope_tied": dict(config=lambda: granite(
         ["full_attention", "linear_attention", "linear_attention", "full_attention"], kv_heads=1,
-        rope=False, tie=True, groups=1, chunk=4, embedding_multiplier=0.4),
+        rope=False, tie=True, groups=1, chunk=4, embedding_multiplier=0.4, experts=4, top_k=2),
         batch=2, seq=13, seed=13),
     # Bamba: Mamba, attention (partial RoPE: 4 of 8 channels), Mamba, attention; biases on every
     # projection and the MLP; tied embeddings
     "bamba_partial_rope": dict(config=lambda: bamba([1, 3], 4, tie=True), batch=2, seq=19,
                                seed=17),
-    # Nemotron-H: Mamba, attention (NoPE, head_dim 12), relu² MLP, Mamba, MLP; one operation
-    # per layer; Mamba width 48 for a stream of 32
-    "nemotron_h_dense": dict(config=lambda: nemotron_h("M*-M-"), batch=2, seq=21, seed=19),
+    # Nemotron-H: Mamba, attention (NoPE, head_dim 12), relu² MLP, Mamba, mixture of experts;
+    # one operation per layer; Mamba width 48 for a stream of 32
+    "nemotron_h_moe": dict(config=lambda: nemotron_h("M*-ME"), batch=2, seq=21, seed=19),
     # Falcon-H1: three layers of Mamba (width 48, norm before the gate, in_proj biased and
     # out_proj not) beside attention (full RoPE, GQA 4:2), every μP multiplier other than 1
     "falcon_h1_mup": dict(config=lambda: falcon_h1(3), batch=2, seq=19, seed=23),
@@ -160,13 +171,24 @@ CASES = {
 }
 
 
-def saved_name(name, saved):
-    """A parameter's name in the saved file (Nemotron-H saves `model.` as `backbone.`)."""
-    if name in saved or name == "lm_head.weight":
-        return name
-    other = "backbone." + name.removeprefix("model.")
-    assert other in saved, f"{name} is not in the saved file"
-    return other
+def as_saved(name, grad, saved):
+    """A tensor shaped like parameter `name` (its value, its gradient) under the parameter's
+    name(s) in the saved file: Nemotron-H saves `model.` as
+    `backbone.`; the experts, which transformers holds stacked (`[experts, out, in]`), are saved
+    as Granite's `input_linear` / `output_linear` and Nemotron-H's one tensor per expert, and
+    Granite's router as `router.layer`."""
+    if name != "lm_head.weight" and any(k.startswith("backbone.") for k in saved):
+        name = "backbone." + name.removeprefix("model.")
+    renames = {"experts.gate_up_proj": "input_linear.weight",
+               "experts.down_proj": "output_linear.weight", "router.weight": "router.layer.weight"}
+    for old, new in renames.items():
+        if ".block_sparse_moe." in name and name.endswith(old):
+            name = name.removesuffix(old) + new
+    if name.endswith((".experts.up_proj", ".experts.down_proj")) and name not in saved:
+        head, linear = name.rsplit(".", 1)
+        return {f"{head}.{e}.{linear}.weight": g for e, g in enumerate(grad)}
+    assert name in saved or name == "lm_head.weight", f"{name} is not in the saved file"
+    return {name: grad}
 
 
 def make_case(out, *, config, batch, seq, seed, decode=5):
@@ -174,12 +196,18 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     g = torch.Generator().manual_seed(seed + 1)
     cfg = config()
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"
     model = MODELS[type(cfg)](cfg).float()
     perturb(model, g)
     model.save_pretrained(out, safe_serialization=True)
     layer_types = list(cfg.layer_types)
     with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
         saved = set(f.keys())
+        # the names (and layouts) of the saved tensors are what the gradients are named by
+        for name, p in model.named_parameters():
+            for saved_as, value in as_saved(name, p.detach(), saved).items():
+                if saved_as in saved:
+                    assert torch.equal(f.get_tensor(saved_as), value), f"{saved_as} != {name}"
     vocab = cfg.vocab_size
 
     model = model.double().eval()
@@ -246,7 +274,8 @@ def make_case(out, *, config, batch, seq, seed, decode=5):
     exp["loss"] = loss.detach().float().reshape(1)
     for name, p in model.named_parameters():
         if p.grad is not None:
-            exp[f"grad.{saved_name(name, saved)}"] = p.grad.float().contiguous()
+            for saved_as, grad in as_saved(name, p.grad.float(), saved).items():
+                exp[f"grad.{saved_as}"] = grad.contiguous()
     if "lm_head.weight" not in saved:
         exp.pop("grad.lm_head.weight", None)
     save_file({k: v.contiguous() for k, v in exp.items()}, os.path.join(out, "expected.safetensors"))

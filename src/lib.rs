@@ -80,6 +80,7 @@ pub use layers::block::{Mamba2Block, Mamba2BlockConfig, Mamba2BlockRecord};
 pub use layers::documents::Documents;
 pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use layers::mlp::{Mlp, MlpActivation, MlpConfig};
+pub use layers::moe::{Moe, MoeConfig, RouterKind};
 pub use layers::norm::{RmsNorm, RmsNormConfig, RmsNormGated, RmsNormGatedConfig};
 pub use layers::rope::{RopeTables, RotaryEmbedding, RotaryEmbeddingConfig};
 pub use layers::state::{BackboneState, Mamba2State};

@@ -59,16 +59,33 @@ fn compare_cache<B: SsdAutodiffBackend>(
 }
 
 /// Our gradients under the checkpoint's names: transposed where the file holds the transpose,
-/// the blocks of a fused tensor stacked back in order.
+/// the blocks of a fused tensor stacked back in order, a stack of tensors split into them.
 fn grads_by_name(
-    family: mamba2_burn::hybrid::HybridFamily,
+    config: &mamba2_burn::hybrid::HybridConfig,
     grads: BTreeMap<String, TensorData>,
 ) -> BTreeMap<String, TensorData> {
     let mut blocks: BTreeMap<String, Vec<(usize, TensorData)>> = BTreeMap::new();
     for (path, grad) in grads {
-        let (name, transposed, part) = hybrid_tensor_name(family, &path);
-        let grad = if transposed { transpose(grad) } else { grad };
-        let index = part.map_or(0, |(index, _)| index);
+        let source = hybrid_tensor_name(config, &path);
+        if source.names.len() > 1 {
+            let (shape, v) = values(grad);
+            let item = v.len() / shape[0];
+            for (e, name) in source.names.into_iter().enumerate() {
+                let part = v[e * item..(e + 1) * item].to_vec();
+                blocks
+                    .entry(name)
+                    .or_default()
+                    .push((0, TensorData::new(part, shape[1..].to_vec())));
+            }
+            continue;
+        }
+        let grad = if source.transposed {
+            transpose(grad)
+        } else {
+            grad
+        };
+        let index = source.part.map_or(0, |(index, _)| index);
+        let name = source.names.into_iter().next().unwrap();
         blocks.entry(name).or_default().push((index, grad));
     }
     blocks
@@ -185,7 +202,7 @@ fn check_case<B: SsdAutodiffBackend>(
         false,
     );
     let grads = loss.backward();
-    let ours = grads_by_name(config.family, collect_grads(&model, &grads));
+    let ours = grads_by_name(&config, collect_grads(&model, &grads));
     let n_expected = expected.0.keys().filter(|k| k.starts_with("grad.")).count();
     let mut matched = 0;
     for (name, grad) in ours {
@@ -289,11 +306,41 @@ fn hybrid_folders_with_errors_name_the_fault() {
         matches!(&e, Mamba2Error::Unsupported { reason, .. } if reason.contains("jamba")),
         "{e}"
     );
-    // Granite's mixture of experts (to come)
-    let dir = edited_case(|c| c["num_local_experts"] = 8.into(), same);
+    // Granite's experts: more a token than there are, one expert tensor missing, one of
+    // Nemotron-H's experts of the wrong shape
+    let dir = edited_fixture(
+        "granite_moe_nope_tied",
+        |c| c["num_experts_per_tok"] = 5.into(),
+        same,
+    );
     let e = load_err(dir.path());
     assert!(
-        matches!(&e, Mamba2Error::Unsupported { reason, .. } if reason.contains("num_local_experts")),
+        matches!(&e, Mamba2Error::ConfigFile { field, .. } if *field == "num_experts_per_tok"),
+        "{e}"
+    );
+    let missing = "model.layers.2.block_sparse_moe.output_linear.weight";
+    let dir = edited_fixture(
+        "granite_moe_nope_tied",
+        |_| {},
+        |t| t.retain(|e| e.name != missing),
+    );
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, Mamba2Error::MissingTensor { name, .. } if name == missing),
+        "{e}"
+    );
+    let expert = "backbone.layers.4.mixer.experts.5.up_proj.weight";
+    let dir = edited_fixture(
+        "nemotron_h_moe",
+        |_| {},
+        |t| {
+            let e = t.iter_mut().find(|e| e.name == expert).unwrap();
+            e.shape = vec![e.shape[1], e.shape[0]];
+        },
+    );
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, Mamba2Error::TensorShape { name, .. } if name == expert),
         "{e}"
     );
     // a pattern of the wrong length, a layer kind the family does not have
@@ -466,13 +513,13 @@ fn family_configs() {
     let same = |_: &mut Vec<_>| {};
     let config = |dir: &Path| format!("{:?}", read_hybrid_config(dir).expect("config"));
     // Nemotron-H: the pattern string and the older `mamba_*` names of transformers' renames
-    let original = config(&root_fixture("nemotron_h_dense"));
+    let original = config(&root_fixture("nemotron_h_moe"));
     let dir = edited_fixture(
-        "nemotron_h_dense",
+        "nemotron_h_moe",
         |c| {
             let c = c.as_object_mut().unwrap();
             c.remove("layers_block_type");
-            c.insert("hybrid_override_pattern".into(), "M*-M-".into());
+            c.insert("hybrid_override_pattern".into(), "M*-ME".into());
             let groups = c.remove("n_groups").unwrap();
             c.insert("mamba_n_groups".into(), groups);
             let chunk = c.remove("chunk_size").unwrap();
@@ -482,26 +529,43 @@ fn family_configs() {
     );
     assert_eq!(config(dir.path()), original);
     // its head is its own tensor even where the config says tied
-    let nemotron = read_hybrid_config(&root_fixture("nemotron_h_dense")).unwrap();
+    let nemotron = read_hybrid_config(&root_fixture("nemotron_h_moe")).unwrap();
     assert!(!nemotron.tie_embeddings && !nemotron.mlp_after_mixer);
     assert_eq!(
         nemotron.mixer.d_inner(),
         48,
         "mamba_num_heads · mamba_head_dim"
     );
-    // mixture-of-experts layers, and multi-token prediction, are refused by name
-    let dir = edited_fixture(
-        "nemotron_h_dense",
-        |c| c["layers_block_type"][2] = "moe".into(),
-        same,
+    // its experts: relu², no gate, a sigmoid router over groups, the shared expert's width
+    let moe = nemotron.moe.as_ref().expect("experts");
+    assert_eq!(
+        (
+            moe.n_experts,
+            moe.top_k,
+            moe.d_expert,
+            moe.n_group,
+            moe.topk_group
+        ),
+        (8, 3, 24, 4, 2)
     );
+    assert!(!moe.gated && moe.router == mamba2_burn::RouterKind::Sigmoid);
+    assert_eq!(moe.shared.as_ref().map(|s| s.d_hidden), Some(36));
+    // the experts' latent projections, and multi-token prediction, are refused by name; groups
+    // that do not divide the experts are an error naming the field
+    let dir = edited_fixture("nemotron_h_moe", |c| c["moe_latent_size"] = 16.into(), same);
     let e = load_err(dir.path());
     assert!(
-        matches!(&e, Mamba2Error::Unsupported { reason, .. } if reason.contains("\"moe\"")),
+        matches!(&e, Mamba2Error::Unsupported { reason, .. } if reason.contains("moe_latent_size")),
+        "{e}"
+    );
+    let dir = edited_fixture("nemotron_h_moe", |c| c["n_group"] = 3.into(), same);
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, Mamba2Error::ConfigFile { field, .. } if *field == "n_group"),
         "{e}"
     );
     let dir = edited_fixture(
-        "nemotron_h_dense",
+        "nemotron_h_moe",
         |c| c["num_nextn_predict_layers"] = 1.into(),
         same,
     );

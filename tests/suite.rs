@@ -23,6 +23,7 @@ mod generate;
 mod hybrid;
 mod kill;
 mod mixed;
+mod moe;
 mod paths;
 mod reference;
 mod ssd_cost;

@@ -46,7 +46,7 @@ use weights::{file_size, WeightFiles};
 pub use config::{read_config, CheckpointFormat};
 pub use hybrid::{
     hybrid_preset, hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config,
-    HYBRID_PRESETS,
+    HybridTensorName, HYBRID_PRESETS,
 };
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;
@@ -92,6 +92,7 @@ pub fn load_lm<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<
                 names,
                 transpose,
                 part: None,
+                stacked: Vec::new(),
             }
         },
         // with tied embeddings, the head and both embedding spellings are the same matrix

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
-use burn::store::{ModuleSnapshot, TensorSnapshot};
+use burn::store::{ModuleSnapshot, TensorSnapshot, TensorSnapshotError};
 use burn::tensor::{
     backend::Backend, bf16, f16, get_device_settings, DType, Element, Shape, Tensor, TensorData,
 };
@@ -40,6 +40,9 @@ pub(super) struct TensorSource {
     /// first axis (a fused projection that the model holds as separate layers); `None`: the
     /// whole tensor.
     pub(super) part: Option<(usize, usize)>,
+    /// Where not empty, the parameter is these tensors stacked along a new first axis, in order
+    /// (experts that the files hold one by one); `names` then holds the first.
+    pub(super) stacked: Vec<String>,
 }
 
 impl TensorSource {
@@ -49,6 +52,18 @@ impl TensorSource {
             names: vec![name],
             transpose,
             part: None,
+            stacked: Vec::new(),
+        }
+    }
+
+    /// The tensors `names`, stacked along a new first axis, as they are in the files (no
+    /// transpose).
+    pub(super) fn stacked(names: Vec<String>) -> Self {
+        Self {
+            names: names.first().cloned().into_iter().collect(),
+            transpose: false,
+            part: None,
+            stacked: names,
         }
     }
 
@@ -58,6 +73,7 @@ impl TensorSource {
             names: vec![name],
             transpose,
             part: Some((index, of)),
+            stacked: Vec::new(),
         }
     }
 }
@@ -204,7 +220,22 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
             names,
             transpose,
             part,
+            stacked,
         } = source(&path);
+        let dtype = slot.dtype;
+        if !stacked.is_empty() {
+            let data = stacked_data(tensors, origin, &stacked, &slot.shape.to_vec(), dtype)?;
+            used.extend(stacked);
+            snapshots.push(TensorSnapshot::from_closure(
+                data,
+                dtype,
+                slot.shape,
+                slot.path,
+                slot.containers,
+                slot.id,
+            ));
+            continue;
+        }
         let Some((name, located)) = names
             .iter()
             .find_map(|n| tensors.get(n).map(|t| (n.clone(), t)))
@@ -215,16 +246,7 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
             });
         };
         let (found, file) = (&located.snapshot, &located.file);
-        if !matches!(
-            found.dtype,
-            DType::F64 | DType::F32 | DType::F16 | DType::BF16
-        ) {
-            return Err(Mamba2Error::TensorDType {
-                file: file.clone(),
-                name,
-                dtype: format!("{:?}", found.dtype),
-            });
-        }
+        check_float(&name, located)?;
         let mut expected = slot.shape.to_vec();
         if transpose {
             expected.reverse();
@@ -241,7 +263,6 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
             });
         }
         let data_fn = found.clone_data_fn();
-        let dtype = slot.dtype;
         snapshots.push(TensorSnapshot::from_closure(
             Rc::new(move || {
                 data_fn().map(|d| {
@@ -279,6 +300,61 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
         ));
     }
     Ok(model)
+}
+
+/// How a tensor's data is read when the model asks for it.
+type DataFn = Rc<dyn Fn() -> std::result::Result<TensorData, TensorSnapshotError>>;
+
+/// A float tensor (of any width), or an error naming it.
+fn check_float(name: &str, located: &Located) -> Result<()> {
+    let dtype = located.snapshot.dtype;
+    if matches!(dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16) {
+        return Ok(());
+    }
+    Err(Mamba2Error::TensorDType {
+        file: located.file.clone(),
+        name: name.to_string(),
+        dtype: format!("{dtype:?}"),
+    })
+}
+
+/// The data of a parameter of `shape` that stacks the tensors `names` along its first axis,
+/// each checked (present, float, `shape` without its first axis) before anything is read.
+fn stacked_data(
+    tensors: &Tensors,
+    origin: &Path,
+    names: &[String],
+    shape: &[usize],
+    dtype: DType,
+) -> Result<DataFn> {
+    let mut parts = Vec::with_capacity(names.len());
+    for name in names {
+        let located = tensors
+            .get(name)
+            .ok_or_else(|| Mamba2Error::MissingTensor {
+                file: origin.to_path_buf(),
+                name: name.clone(),
+            })?;
+        check_float(name, located)?;
+        let found = &located.snapshot;
+        if found.shape.to_vec() != shape[1..] || names.len() != shape[0] {
+            return Err(Mamba2Error::TensorShape {
+                file: located.file.clone(),
+                name: name.clone(),
+                expected: shape[1..].to_vec(),
+                actual: found.shape.to_vec(),
+            });
+        }
+        parts.push(found.clone_data_fn());
+    }
+    let shape = shape.to_vec();
+    Ok(Rc::new(move || {
+        let mut bytes = Vec::new();
+        for part in &parts {
+            bytes.extend_from_slice(convert(part()?, false, dtype).as_bytes());
+        }
+        Ok(TensorData::from_bytes_vec(bytes, shape.clone(), dtype))
+    }))
 }
 
 /// With tied embeddings, a checkpoint that stores `lm_head.weight` beside the embedding (as

@@ -77,6 +77,14 @@ impl MlpConfig {
         Ok(())
     }
 
+    /// The number of parameters [`init`](Self::init) creates.
+    pub fn param_count(&self) -> f64 {
+        let (d, i) = (self.d_model as f64, self.d_hidden as f64);
+        let up = if self.gated { 2.0 } else { 1.0 };
+        let bias = if self.bias { up * i + d } else { 0.0 };
+        up * d * i + i * d + bias
+    }
+
     /// Builds the layer, its weights drawn as PyTorch's `nn.Linear` does (`U(±1/√d_in)`).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mlp<B>> {
         self.build(&ParamInit::now(device))

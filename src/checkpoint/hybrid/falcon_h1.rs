@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_silu, mamba_head_dim, proj_mlp, Layout, Rope};
+use super::{check_silu, mamba_head_dim, no_experts, proj_mlp, Layout, Rope};
 use crate::error::Result;
 use crate::layers::attention::AttentionConfig;
 use crate::layers::mixer::{DtLimit, Mamba2Config};
@@ -181,4 +181,5 @@ pub(super) const LAYOUT: Layout = Layout {
     mamba: "mamba",
     attention: "self_attn",
     mlp: |prefix, tail| proj_mlp("feed_forward", prefix, tail),
+    moe: no_experts,
 };

@@ -10,6 +10,7 @@ use crate::error::{Mamba2Error, Result};
 use crate::layers::attention::AttentionConfig;
 use crate::layers::mixer::{DtLimit, Mamba2Config};
 use crate::layers::mlp::{MlpActivation, MlpConfig};
+use crate::layers::moe::MoeConfig;
 use crate::models::hybrid::{HybridConfig, HybridFamily, LayerKind};
 
 /// `GraniteMoeHybridConfig`'s fields; absent ones take transformers 5.25's defaults.
@@ -45,6 +46,10 @@ pub(super) struct GraniteConfig {
     attention_multiplier: f64,
     #[serde(default = "defaults::num_local_experts")]
     num_local_experts: usize,
+    #[serde(default = "defaults::num_experts_per_tok")]
+    num_experts_per_tok: usize,
+    #[serde(default = "defaults::intermediate_size")]
+    intermediate_size: usize,
     #[serde(default = "defaults::shared_intermediate_size")]
     shared_intermediate_size: usize,
     position_embedding_type: Option<String>,
@@ -86,6 +91,12 @@ mod defaults {
     pub fn num_local_experts() -> usize {
         8
     }
+    pub fn num_experts_per_tok() -> usize {
+        2
+    }
+    pub fn intermediate_size() -> usize {
+        11008
+    }
     pub fn shared_intermediate_size() -> usize {
         1024
     }
@@ -97,13 +108,6 @@ impl GraniteConfig {
             file: file.to_path_buf(),
             reason,
         };
-        if self.num_local_experts > 0 {
-            return Err(unsupported(format!(
-                "num_local_experts = {}: Granite's mixture of experts is not implemented yet \
-                 (the dense models have 0)",
-                self.num_local_experts
-            )));
-        }
         let activation = MlpActivation::from_hf(&self.hidden_act)
             .filter(|a| *a == MlpActivation::Silu)
             .ok_or_else(|| {
@@ -159,6 +163,16 @@ impl GraniteConfig {
         .with_scale(Some(self.attention_multiplier))
         .with_rope(rope);
         let mlp = MlpConfig::new(d, self.shared_intermediate_size).with_activation(activation);
+        // the experts beside the shared MLP, where there are any (the dense models have 0)
+        let moe = (self.num_local_experts > 0).then(|| {
+            MoeConfig::new(
+                d,
+                self.intermediate_size,
+                self.num_local_experts,
+                self.num_experts_per_tok,
+            )
+            .with_activation(activation)
+        });
         let config = HybridConfig::new(
             HybridFamily::Granite,
             self.vocab_size,
@@ -172,7 +186,8 @@ impl GraniteConfig {
         .with_residual_multiplier(self.residual_multiplier)
         .with_logits_scaling(self.logits_scaling)
         .with_tie_embeddings(self.tie_word_embeddings)
-        .with_initializer_range(self.initializer_range);
+        .with_initializer_range(self.initializer_range)
+        .with_moe(moe);
         config.validate()?;
         Ok(config)
     }
@@ -189,7 +204,21 @@ pub(super) const LAYOUT: Layout = Layout {
     mamba: "mamba",
     attention: "self_attn",
     mlp: shared_mlp,
+    moe: block_sparse_moe,
 };
+
+/// The experts of `block_sparse_moe`: the router's `router.layer`, every expert's gate and up
+/// stacked as `input_linear` (`[experts, 2 · intermediate, hidden]`), their down projections as
+/// `output_linear`.
+fn block_sparse_moe(prefix: &str, tail: &str, _n_experts: usize) -> TensorName {
+    let name = |t: &str| format!("{prefix}.block_sparse_moe.{t}");
+    match tail {
+        "router.weight" => TensorName::whole(name("router.layer.weight"), true),
+        "up" => TensorName::whole(name("input_linear.weight"), false),
+        "down" => TensorName::whole(name("output_linear.weight"), false),
+        other => TensorName::whole(name(other), false),
+    }
+}
 
 fn shared_mlp(prefix: &str, tail: &str) -> TensorName {
     let name = |t: &str| format!("{prefix}.shared_mlp.{t}");

@@ -133,7 +133,7 @@ pub fn load_hybrid<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Res
     let files = WeightFiles::find(dir)?;
     check_weights_fit(files.path(), files.bytes()?, config.param_count())?;
     let tensors = files.read()?;
-    let names = |path: &str| source(config.family, path);
+    let names = |path: &str| source(&config, path);
     let embedding = names("embedding.weight").names[0].clone();
     let head = names("lm_head.weight").names[0].clone();
     let tied = config.tie_embeddings;
@@ -146,15 +146,16 @@ pub fn load_hybrid<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Res
     })
 }
 
-/// Where the parameter at `path` in a model of `family` is in its files.
-fn source(family: HybridFamily, path: &str) -> TensorName {
-    let layout = match family {
+/// Where the parameter at `path` in a model of `config` is in its files.
+fn source(config: &HybridConfig, path: &str) -> TensorName {
+    let layout = match config.family {
         HybridFamily::Granite => &granite::LAYOUT,
         HybridFamily::Bamba => &bamba::LAYOUT,
         HybridFamily::NemotronH => &nemotron_h::LAYOUT,
         HybridFamily::FalconH1 => &falcon_h1::LAYOUT,
     };
-    layout.tensor_name(path)
+    let n_experts = config.moe.as_ref().map_or(0, |m| m.n_experts);
+    layout.tensor_name(path, n_experts)
 }
 
 /// Where a family keeps its tensors: `{prefix}.layers.{i}.{module}.{name}` and its own names for
@@ -170,10 +171,13 @@ struct Layout {
     attention: &'static str,
     /// The name in layer `prefix` of the MLP's parameter `tail` (`gate.weight`).
     mlp: fn(prefix: &str, tail: &str) -> TensorName,
+    /// The name (or names, stacked) in layer `prefix` of the mixture of experts' parameter
+    /// `tail` (`router.weight`, `up`), of `n_experts` experts.
+    moe: fn(prefix: &str, tail: &str, n_experts: usize) -> TensorName,
 }
 
 impl Layout {
-    fn tensor_name(&self, path: &str) -> TensorName {
+    fn tensor_name(&self, path: &str, n_experts: usize) -> TensorName {
         let whole = |name: String| TensorName::whole(name, is_linear(path));
         let top = |name: &str| whole(format!("{}.{name}.weight", self.prefix));
         match path {
@@ -189,6 +193,9 @@ impl Layout {
         let prefix = format!("{}.layers.{layer}", self.prefix);
         if let Some(tail) = rest.strip_prefix("mlp.") {
             return (self.mlp)(&prefix, tail);
+        }
+        if let Some(tail) = rest.strip_prefix("moe.") {
+            return (self.moe)(&prefix, tail, n_experts);
         }
         let tail = match rest {
             "input_norm.weight" => format!("{}.weight", self.input_norm),
@@ -223,10 +230,7 @@ fn layer_kind(name: &str, mlp_layers: bool, file: &Path) -> Result<LayerKind> {
         "linear_attention" | "mamba" => Ok(LayerKind::Mamba),
         "full_attention" | "attention" => Ok(LayerKind::Attention),
         "mlp" if mlp_layers => Ok(LayerKind::Mlp),
-        "moe" if mlp_layers => Err(Mamba2Error::Unsupported {
-            file: file.to_path_buf(),
-            reason: "layer kind \"moe\": mixture-of-experts layers are not implemented yet".into(),
-        }),
+        "moe" if mlp_layers => Ok(LayerKind::Moe),
         other => Err(Mamba2Error::Unsupported {
             file: file.to_path_buf(),
             reason: format!("layer_types: layer kind {other:?}"),
@@ -272,16 +276,37 @@ fn check_silu(field: &str, act: &str, file: &Path) -> Result<()> {
     })
 }
 
-/// Where the parameter at module path `path` of a [`HybridLm`] of `family` (`layers.0.mlp.gate.weight`)
-/// is in its checkpoints: the tensor's name, whether the file holds its transpose (PyTorch's
-/// `[out, in]` of a `Linear`), and, where the file fuses several parameters along its first
-/// axis, which block of how many (`(index, of)`).
-pub fn hybrid_tensor_name(
-    family: HybridFamily,
-    path: &str,
-) -> (String, bool, Option<(usize, usize)>) {
-    let s = source(family, path);
-    (s.names[0].clone(), s.transpose, s.part)
+/// Where the parameter at module path `path` of a [`HybridLm`] of `config`
+/// (`layers.0.mlp.gate.weight`) is in its checkpoints.
+pub fn hybrid_tensor_name(config: &HybridConfig, path: &str) -> HybridTensorName {
+    let s = source(config, path);
+    HybridTensorName {
+        names: if s.stacked.is_empty() {
+            vec![s.names[0].clone()]
+        } else {
+            s.stacked
+        },
+        transposed: s.transpose,
+        part: s.part,
+    }
+}
+
+/// Where a parameter of a [`HybridLm`] is in its checkpoints ([`hybrid_tensor_name`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HybridTensorName {
+    /// The tensor's name; several where the parameter stacks them along a new first axis, in
+    /// order (Nemotron-H's experts, one tensor each).
+    pub names: Vec<String>,
+    /// The file holds the transpose (PyTorch's `[out, in]` of a `Linear`).
+    pub transposed: bool,
+    /// Where the file fuses several parameters along its first axis: which block of how many
+    /// (`(index, of)`).
+    pub part: Option<(usize, usize)>,
+}
+
+/// The `moe` names of a family without experts: none of its layers has any.
+fn no_experts(prefix: &str, tail: &str, _n_experts: usize) -> TensorName {
+    TensorName::whole(format!("{prefix}.moe.{tail}"), false)
 }
 
 /// Whether the parameter at `path` is a `Linear` weight, which the files hold transposed

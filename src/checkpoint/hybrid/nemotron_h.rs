@@ -8,11 +8,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_silu, layer_kind, proj_mlp, Layout};
+use super::{check_silu, layer_kind, proj_mlp, Layout, TensorName};
 use crate::error::{Mamba2Error, Result};
 use crate::layers::attention::AttentionConfig;
 use crate::layers::mixer::{DtLimit, Mamba2Config};
 use crate::layers::mlp::{MlpActivation, MlpConfig};
+use crate::layers::moe::{MoeConfig, RouterKind};
 use crate::models::hybrid::{HybridConfig, HybridFamily, LayerKind};
 
 /// `NemotronHConfig`'s fields (and the older names it renames on load); absent ones take
@@ -65,12 +66,44 @@ pub(super) struct NemotronHConfig {
     initializer_range: f64,
     #[serde(default)]
     num_nextn_predict_layers: usize,
+    #[serde(default = "defaults::n_routed_experts", alias = "num_local_experts")]
+    n_routed_experts: usize,
+    #[serde(default = "defaults::num_experts_per_tok")]
+    num_experts_per_tok: usize,
+    #[serde(default = "defaults::moe_intermediate_size")]
+    moe_intermediate_size: usize,
+    #[serde(default = "defaults::moe_intermediate_size")]
+    moe_shared_expert_intermediate_size: usize,
+    moe_latent_size: Option<usize>,
+    #[serde(default = "defaults::one")]
+    n_group: usize,
+    #[serde(default = "defaults::one")]
+    topk_group: usize,
+    #[serde(default = "defaults::enabled")]
+    norm_topk_prob: bool,
+    #[serde(default = "defaults::unit")]
+    routed_scaling_factor: f64,
 }
 
 /// transformers 5.25's `NemotronHConfig` defaults.
 mod defaults {
     pub fn enabled() -> bool {
         true
+    }
+    pub fn one() -> usize {
+        1
+    }
+    pub fn unit() -> f64 {
+        1.0
+    }
+    pub fn n_routed_experts() -> usize {
+        8
+    }
+    pub fn num_experts_per_tok() -> usize {
+        2
+    }
+    pub fn moe_intermediate_size() -> usize {
+        7688
     }
     pub fn vocab_size() -> usize {
         131072
@@ -160,6 +193,11 @@ impl NemotronHConfig {
                 self.num_nextn_predict_layers
             )));
         }
+        if let Some(latent) = self.moe_latent_size {
+            return Err(unsupported(format!(
+                "moe_latent_size = {latent}: the experts' latent projections"
+            )));
+        }
         check_silu("mamba_hidden_act", &self.mamba_hidden_act, file)?;
         let activation = MlpActivation::from_hf(&self.mlp_hidden_act).ok_or_else(|| {
             unsupported(format!(
@@ -198,6 +236,27 @@ impl NemotronHConfig {
             .with_gated(false)
             .with_activation(activation)
             .with_bias(self.mlp_bias);
+        // the `moe` layers' experts (relu², no gate, no biases) and their shared expert
+        let moe = layers.contains(&LayerKind::Moe).then(|| {
+            let shared = MlpConfig::new(d, self.moe_shared_expert_intermediate_size)
+                .with_gated(false)
+                .with_activation(activation)
+                .with_bias(self.mlp_bias);
+            MoeConfig::new(
+                d,
+                self.moe_intermediate_size,
+                self.n_routed_experts,
+                self.num_experts_per_tok,
+            )
+            .with_gated(false)
+            .with_activation(activation)
+            .with_router(RouterKind::Sigmoid)
+            .with_n_group(self.n_group)
+            .with_topk_group(self.topk_group)
+            .with_normalize(self.norm_topk_prob)
+            .with_routed_scaling(self.routed_scaling_factor)
+            .with_shared(Some(shared))
+        });
         let config = HybridConfig::new(
             HybridFamily::NemotronH,
             self.vocab_size,
@@ -207,6 +266,7 @@ impl NemotronHConfig {
             mlp,
         )
         .with_mlp_after_mixer(false)
+        .with_moe(moe)
         .with_norm_eps(self.layer_norm_epsilon)
         .with_initializer_range(self.initializer_range);
         config.validate()?;
@@ -224,4 +284,28 @@ pub(super) const LAYOUT: Layout = Layout {
     mamba: "mixer",
     attention: "mixer",
     mlp: |prefix, tail| proj_mlp("mixer", prefix, tail),
+    moe: mixer_experts,
 };
+
+/// The `moe` layer's names under its `mixer`: the router is `gate` (with its
+/// `e_score_correction_bias`), each expert its own `experts.{e}.up_proj` and `down_proj`
+/// (stacked here), the shared expert `shared_experts`.
+fn mixer_experts(prefix: &str, tail: &str, n_experts: usize) -> TensorName {
+    let name = |t: &str| format!("{prefix}.mixer.{t}");
+    let experts = |linear: &str| {
+        let names = (0..n_experts)
+            .map(|e| name(&format!("experts.{e}.{linear}_proj.weight")))
+            .collect();
+        TensorName::stacked(names)
+    };
+    match tail {
+        "router.weight" => TensorName::whole(name("gate.weight"), true),
+        "correction_bias" => TensorName::whole(name("gate.e_score_correction_bias"), false),
+        "up" => experts("up"),
+        "down" => experts("down"),
+        other => match other.strip_prefix("shared.") {
+            Some(t) => proj_mlp("mixer.shared_experts", prefix, t),
+            None => TensorName::whole(name(other), false),
+        },
+    }
+}

@@ -12,6 +12,7 @@ use crate::init::ParamInit;
 use crate::layers::attention::AttentionConfig;
 use crate::layers::mixer::Mamba2Config;
 use crate::layers::mlp::MlpConfig;
+use crate::layers::moe::MoeConfig;
 use crate::layers::norm::RmsNormConfig;
 
 /// The model family a hybrid config was read from: it names the tensors of its checkpoints.
@@ -60,6 +61,9 @@ pub struct HybridConfig {
     pub attention: AttentionConfig,
     /// The MLP after each mixer, and of each MLP layer.
     pub mlp: MlpConfig,
+    /// The mixture of experts: beside the MLP after each mixer where `mlp_after_mixer` is set
+    /// (Granite), and of each MoE layer. Default: none.
+    pub moe: Option<MoeConfig>,
     /// Whether each Mamba and attention layer ends with the MLP on a norm of its own (Granite,
     /// Bamba); without, the MLPs are layers of their own (Nemotron-H). Default: true.
     #[config(default = true)]
@@ -162,6 +166,24 @@ impl HybridConfig {
         if self.mlp_after_mixer || self.layers.contains(&LayerKind::Mlp) {
             self.mlp.validate()?;
         }
+        match &self.moe {
+            Some(moe) => {
+                moe.validate()?;
+                if moe.d_model != d {
+                    return Err(Mamba2Error::config(
+                        "moe.d_model",
+                        format!("{} differs from the model's width {d}", moe.d_model),
+                    ));
+                }
+            }
+            None if self.layers.contains(&LayerKind::Moe) => {
+                return Err(Mamba2Error::config(
+                    "moe",
+                    "the pattern has mixture-of-experts layers but the config no experts",
+                ));
+            }
+            None => {}
+        }
         Ok(())
     }
 
@@ -177,13 +199,14 @@ impl HybridConfig {
             let (q, kv) = (f(a.n_heads * a.head_dim), f(a.n_kv_heads * a.head_dim));
             2.0 * d * q + 2.0 * d * kv + bias(q + 2.0 * kv + d, a.bias)
         };
-        let p = &self.mlp;
-        let mlp = {
-            let (i, up) = (f(p.d_hidden), if p.gated { 2.0 } else { 1.0 });
-            up * d * i + i * d + bias(up * i + d, p.bias)
+        let mlp = self.mlp.param_count();
+        let moe = self.moe.as_ref().map_or(0.0, MoeConfig::param_count);
+        // the MLP (and the experts) after a mixer, and its norm
+        let ffn = if self.mlp_after_mixer {
+            mlp + moe + d
+        } else {
+            0.0
         };
-        // the MLP after a mixer and its norm
-        let ffn = if self.mlp_after_mixer { mlp + d } else { 0.0 };
         let layers: f64 = self
             .layers
             .iter()
@@ -192,6 +215,7 @@ impl HybridConfig {
                 LayerKind::Attention => attention + ffn,
                 LayerKind::Parallel => mamba + attention + ffn,
                 LayerKind::Mlp => mlp,
+                LayerKind::Moe => moe,
             } + d)
             .sum();
         let embedding = f(self.vocab_size) * d;
@@ -221,7 +245,9 @@ impl HybridConfig {
             .layers
             .iter()
             .map(|&kind| {
-                let mlp = kind == LayerKind::Mlp || self.mlp_after_mixer;
+                let alone = matches!(kind, LayerKind::Mlp | LayerKind::Moe);
+                let mlp = kind == LayerKind::Mlp || (!alone && self.mlp_after_mixer);
+                let moe = kind == LayerKind::Moe || (!alone && self.mlp_after_mixer);
                 Ok(HybridLayer {
                     input_norm: norm.build(init),
                     mamba: matches!(kind, LayerKind::Mamba | LayerKind::Parallel)
@@ -230,9 +256,12 @@ impl HybridConfig {
                     attention: matches!(kind, LayerKind::Attention | LayerKind::Parallel)
                         .then(|| self.attention.build(init))
                         .transpose()?,
-                    ffn_norm: (kind != LayerKind::Mlp && self.mlp_after_mixer)
-                        .then(|| norm.build(init)),
+                    ffn_norm: (!alone && self.mlp_after_mixer).then(|| norm.build(init)),
                     mlp: mlp.then(|| self.mlp.build(init)).transpose()?,
+                    moe: match &self.moe {
+                        Some(config) if moe => Some(config.build(init)?),
+                        _ => None,
+                    },
                     residual_multiplier: self.residual_multiplier,
                     mamba_multipliers: self.mamba_multipliers,
                     attention_multipliers: self.attention_multipliers,

@@ -1,6 +1,7 @@
 //! One layer of a hybrid model and its cache: a token mixer (the Mamba-2 layer or attention)
-//! and an MLP, each behind an RMSNorm on a scaled residual branch; or, in the families whose
-//! layers are one operation each (Nemotron-H), the mixer or the MLP alone.
+//! and a feed-forward part (an MLP, a mixture of experts, or both summed), each behind an
+//! RMSNorm on a scaled residual branch; or, in the families whose layers are one operation each
+//! (Nemotron-H), the mixer, the MLP or the mixture of experts alone.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -9,13 +10,14 @@ use burn::tensor::{backend::Backend, Tensor};
 use crate::layers::attention::{Attention, KvCache};
 use crate::layers::mixer::Mamba2;
 use crate::layers::mlp::Mlp;
+use crate::layers::moe::Moe;
 use crate::layers::norm::RmsNorm;
 use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat};
 use crate::ssd::SsdBackend;
 
 /// What a layer computes first: its token mixer (or two side by side), or (in Nemotron-H) an
-/// MLP alone.
+/// MLP or a mixture of experts alone.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum LayerKind {
     /// A [`Mamba2`] layer (transformers' `linear_attention`, `mamba`).
@@ -27,6 +29,8 @@ pub enum LayerKind {
     /// A [`Mamba2`] layer and [`Attention`] side by side on the same input, their outputs
     /// summed (Falcon-H1's `hybrid`).
     Parallel,
+    /// A mixture of experts ([`Moe`], with its shared expert) on its own (Nemotron-H's `moe`).
+    Moe,
 }
 
 /// What one layer carries from one piece of a sequence to the next: the Mamba-2 layer's conv
@@ -58,10 +62,11 @@ impl<B: Backend> LayerCache<B> {
 }
 
 /// A pre-norm layer: `h ← h + r · mixer(input_norm(h))`, then, where the layer has both,
-/// `h ← h + r · mlp(ffn_norm(h))`, with `r` the residual multiplier. The mixer is `mamba`,
-/// `attention`, or both side by side (`o_m · mamba(i_m · u) + o_a · attention(i_a · u)`, with
-/// the branches' in and out multipliers); with neither, the layer is an MLP alone:
-/// `h ← h + r · mlp(input_norm(h))`.
+/// `h ← h + r · ffn(ffn_norm(h))`, with `r` the residual multiplier and `ffn` the MLP, the
+/// mixture of experts, or the sum of both (Granite's `shared_mlp` beside its experts). The mixer
+/// is `mamba`, `attention`, or both side by side (`o_m · mamba(i_m · u) + o_a · attention(i_a ·
+/// u)`, with the branches' in and out multipliers); with neither, the layer is its feed-forward
+/// part alone: `h ← h + r · ffn(input_norm(h))`.
 #[derive(Module, Debug)]
 pub struct HybridLayer<B: Backend> {
     /// The norm before the mixer (or before the MLP of an MLP layer).
@@ -75,6 +80,8 @@ pub struct HybridLayer<B: Backend> {
     pub ffn_norm: Option<RmsNorm<B>>,
     /// The MLP: after the mixer, or the whole of an MLP layer.
     pub mlp: Option<Mlp<B>>,
+    /// The mixture of experts: beside the MLP after the mixer, or the whole of a MoE layer.
+    pub moe: Option<Moe<B>>,
     pub(crate) residual_multiplier: f64,
     /// The Mamba branch's input and output factors.
     pub(crate) mamba_multipliers: (f64, f64),
@@ -89,6 +96,7 @@ impl<B: Backend> HybridLayer<B> {
             (Some(_), Some(_)) => LayerKind::Parallel,
             (Some(_), None) => LayerKind::Mamba,
             (None, Some(_)) => LayerKind::Attention,
+            (None, None) if self.mlp.is_none() => LayerKind::Moe,
             (None, None) => LayerKind::Mlp,
         }
     }
@@ -99,20 +107,40 @@ impl<B: Backend> HybridLayer<B> {
         h + cast_to(branch, dtype) * self.residual_multiplier
     }
 
-    /// The MLP's half of a mixer layer (none where the layer has no `ffn_norm`).
-    fn feed_forward<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
-        match (&self.ffn_norm, &self.mlp) {
-            (Some(norm), Some(mlp)) => {
-                let out = mlp.forward(norm.forward(h.clone()));
-                self.add(h, out)
-            }
-            _ => h,
+    /// The feed-forward part: the MLP, the mixture of experts (on the tokens flattened), or
+    /// their sum.
+    ///
+    /// # Shapes
+    /// - u: `[..., d_model]`; returns the same shape
+    fn ffn<const D: usize>(&self, u: Tensor<B, D>) -> Tensor<B, D> {
+        let mlp = self.mlp.as_ref().map(|mlp| mlp.forward(u.clone()));
+        let moe = self.moe.as_ref().map(|moe| {
+            let dims = u.dims();
+            let d = dims[D - 1];
+            let tokens = u.shape().num_elements() / d;
+            moe.forward(u.reshape([tokens, d])).reshape(dims)
+        });
+        match (mlp, moe) {
+            (Some(a), Some(b)) => a + b,
+            (Some(y), None) | (None, Some(y)) => y,
+            (None, None) => unreachable!("a layer's feed-forward part has an MLP or experts"),
         }
     }
 
-    /// An MLP layer: `h + r · mlp(input_norm(h))`.
-    fn mlp_alone<const D: usize>(&self, h: Tensor<B, D>, mlp: &Mlp<B>) -> Tensor<B, D> {
-        let out = mlp.forward(self.input_norm.forward(h.clone()));
+    /// The feed-forward half of a mixer layer (none where the layer has no `ffn_norm`).
+    fn feed_forward<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
+        match &self.ffn_norm {
+            Some(norm) => {
+                let out = self.ffn(norm.forward(h.clone()));
+                self.add(h, out)
+            }
+            None => h,
+        }
+    }
+
+    /// A layer without a mixer: `h + r · ffn(input_norm(h))`.
+    fn ffn_alone<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
+        let out = self.ffn(self.input_norm.forward(h.clone()));
         self.add(h, out)
     }
 
@@ -128,8 +156,8 @@ impl<B: Backend> HybridLayer<B> {
     where
         B: SsdBackend,
     {
-        if let (None, None, Some(mlp)) = (&self.mamba, &self.attention, &self.mlp) {
-            return Ok((self.mlp_alone(h, mlp), LayerCache::empty()));
+        if self.mamba.is_none() && self.attention.is_none() {
+            return Ok((self.ffn_alone(h), LayerCache::empty()));
         }
         let u = self.input_norm.forward(h.clone());
         let mut next = LayerCache::empty();
@@ -150,7 +178,7 @@ impl<B: Backend> HybridLayer<B> {
             });
             next.kv = Some(kv);
         }
-        let out = out.expect("a layer without a mixer has an MLP");
+        let out = out.expect("a layer with a mixer");
         let h = self.add(h, out);
         Ok((self.feed_forward(h), next))
     }
@@ -172,8 +200,8 @@ impl<B: Backend> HybridLayer<B> {
         // the step of `granite_dense` gave every row the logits of row 0 on Wgpu with fusion
         // (see `precision::reshape_via_flat`); a flat copy for attention, none for the Mamba step
         let [b, d] = h.dims();
-        if let (None, None, Some(mlp)) = (&self.mamba, &self.attention, &self.mlp) {
-            return Ok((self.mlp_alone(h, mlp), LayerCache::empty()));
+        if self.mamba.is_none() && self.attention.is_none() {
+            return Ok((self.ffn_alone(h), LayerCache::empty()));
         }
         let u = self.input_norm.forward(h.clone());
         let mut next = LayerCache::empty();
@@ -199,7 +227,7 @@ impl<B: Backend> HybridLayer<B> {
             });
             next.kv = Some(kv);
         }
-        let out = out.expect("a layer without a mixer has an MLP");
+        let out = out.expect("a layer with a mixer");
         let h = self.add(h, out);
         Ok((self.feed_forward(h), next))
     }
