@@ -1,6 +1,8 @@
 //! Converts a Mamba-2 checkpoint folder between the Hugging Face, state-spaces and Burn formats:
 //! reads any layout `load_lm` reads, writes with `save_checkpoint`, and copies the folder's
-//! `tokenizer.json` when it has one.
+//! `tokenizer.json` when it has one. A hybrid model's folder (Granite 4.0-H, Bamba, Nemotron-H,
+//! Falcon-H1) is read with `load_hybrid` and written back in its family's transformers layout
+//! (`--format hf`, `save_hybrid`).
 //!
 //! ```text
 //! cargo run --release --example convert -- --from DIR --to OUT --format hf
@@ -12,8 +14,10 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use mamba2_burn::checkpoint::read_config;
-use mamba2_burn::{load_lm, save_checkpoint, CheckpointFormat};
+use mamba2_burn::checkpoint::{is_hybrid_folder, read_config, save_hybrid};
+use mamba2_burn::{load_hybrid, load_lm, save_checkpoint, CheckpointFormat};
+
+type B = burn::backend::NdArray<f32>;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -47,17 +51,33 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         args.from.clone()
     };
     let device = Default::default();
-    let (config, source) = read_config(&from)?;
-    let model = load_lm::<burn::backend::NdArray<f32>>(&from, &device)?;
-    let written = save_checkpoint(&model, &config, &args.to, format)?;
+    let (written, description) = if is_hybrid_folder(&from)? {
+        if format != CheckpointFormat::HuggingFace {
+            return Err("a hybrid model has one layout, transformers': --format hf".into());
+        }
+        let model = load_hybrid::<B>(&from, &device)?;
+        let config = std::fs::read_to_string(from.join("config.json"))?;
+        let written = save_hybrid(&model, &config, &args.to)?;
+        (
+            written,
+            format!("{} parameters", burn::module::Module::num_params(&model)),
+        )
+    } else {
+        let (config, source) = read_config(&from)?;
+        let model = load_lm::<B>(&from, &device)?;
+        let written = save_checkpoint(&model, &config, &args.to, format)?;
+        (
+            written,
+            format!("{source:?}, {} parameters", config.num_params()),
+        )
+    };
     let tokenizer = from.join("tokenizer.json");
     if tokenizer.is_file() {
         std::fs::copy(&tokenizer, args.to.join("tokenizer.json"))?;
     }
     println!(
-        "{} ({source:?}, {} parameters) -> {} ({format:?})",
+        "{} ({description}) -> {} ({format:?})",
         from.display(),
-        config.num_params(),
         written.display()
     );
     Ok(())

@@ -20,7 +20,7 @@ import sys
 LEVELS = [
     "error", "precision", "cubecl_setup", "init", "ssd",
     "layers::activation", "layers::norm", "layers::documents", "layers::state",
-    "layers::mixer", "layers::rope", "layers::attention", "layers::mlp", "layers::block", "layers::backbone", "layers",
+    "layers::mixer", "layers::rope", "layers::attention", "layers::mlp", "layers::moe", "layers::block", "layers::backbone", "layers",
     "models", "sampling", "tokenizer", "recurrent", "generate", "checkpoint", "data", "train",
 ]
 RANK = {name: i for i, name in enumerate(LEVELS)}
@@ -74,8 +74,10 @@ def main():
             found = resolve(target)
             if found is not None and found != module:
                 edges[module].add(found)
-        for target in re.findall(r"\bsuper::([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)", code):
-            base = parent[:-1] if is_dir else parent
+        for supers, target in re.findall(
+                r"\b((?:super::)+)([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)", code):
+            # each `super::` one level up from the file's own module
+            base = own[:len(own) - supers.count("super::")]
             found = resolve("::".join(base + target.split("::")))
             if found is not None and found != module:
                 edges[module].add(found)

@@ -2,7 +2,8 @@
 //! own files (the same tensor names, shapes and values; the config keys its format's loader
 //! reads, with the same values), and every case goes round the three formats to the same
 //! logits. That transformers reads the Hugging Face files is checked in Python
-//! (`scripts/check_export.py`, in `docs/checkpoints.md`).
+//! (`scripts/check_export.py`, in `docs/checkpoints.md`). Each hybrid case written back
+//! (`save_hybrid`) gives the very files transformers saved.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -207,4 +208,57 @@ fn what_a_format_cannot_hold_is_an_error_and_nothing_is_written() {
         Err(Mamba2Error::InvalidInput { name: "config", .. })
     ));
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
+/// Each hybrid case written back by `save_hybrid` gives the files transformers' `save_pretrained`
+/// wrote: its config.json, and every tensor under the same name with the same type, shape and
+/// bytes (the fused and stacked ones included), none more.
+#[test]
+fn hybrid_cases_export_to_the_files_transformers_saved() {
+    use mamba2_burn::checkpoint::save_hybrid;
+    let dirs = crate::common::golden::case_dirs(&crate::hybrid::root());
+    assert!(!dirs.is_empty());
+    let config = |dir: &Path| std::fs::read_to_string(dir.join("config.json")).unwrap();
+    for dir in &dirs {
+        let model = mamba2_burn::load_hybrid::<B>(dir, &Default::default()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        save_hybrid(&model, &config(dir), out.path()).unwrap();
+        assert_eq!(config(out.path()), config(dir));
+        let entries = |d: &Path| -> BTreeMap<_, _> {
+            read_entries(&d.join("model.safetensors"))
+                .into_iter()
+                .map(|e| (e.name.clone(), e))
+                .collect()
+        };
+        let (got, want) = (entries(out.path()), entries(dir));
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{}",
+            dir.display()
+        );
+        for (name, w) in &want {
+            let g = &got[name];
+            assert!(
+                g.dtype == w.dtype && g.shape == w.shape && g.bytes == w.bytes,
+                "{}: {name} differs",
+                dir.display()
+            );
+        }
+    }
+    // a config.json that does not describe the model writes nothing
+    let model = mamba2_burn::load_hybrid::<B>(&dirs[0], &Default::default()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let e = save_hybrid(&model, &config(&dirs[1]), out.path()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Mamba2Error::InvalidInput {
+                name: "config_json",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(!out.path().join("model.safetensors").exists());
 }

@@ -21,6 +21,7 @@ mod export;
 mod forecaster;
 mod generate;
 mod hybrid;
+mod hybrid_files;
 mod kill;
 mod mixed;
 mod moe;

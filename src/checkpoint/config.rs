@@ -46,7 +46,12 @@ pub fn read_config(dir: &Path) -> Result<(Mamba2LmConfig, CheckpointFormat)> {
 /// when the file does not say), for the errors.
 pub(super) fn read_json(file: &Path) -> Result<(serde_json::Value, String)> {
     let text = std::fs::read_to_string(file).map_err(|e| Mamba2Error::file(file, e))?;
-    let mut value: serde_json::Value = json5::from_str(&text)
+    parse_json(&text, file)
+}
+
+/// `text` (of `file`, for the errors) parsed as [`read_json`] parses a file.
+pub(super) fn parse_json(text: &str, file: &Path) -> Result<(serde_json::Value, String)> {
+    let mut value: serde_json::Value = json5::from_str(text)
         .map_err(|e| Mamba2Error::file(file, format!("not valid JSON: {e}")))?;
     decode_tagged_floats(&mut value);
     let writer = value

@@ -54,21 +54,38 @@ pub(super) fn save_pytorch_layout<B: Backend>(
         found: Vec::new(),
     };
     model.visit(&mut tensors);
+    write_safetensors(dir, tensors.found)
+}
+
+/// Writes `tensors` as `dir/model.safetensors` (metadata `format: pt`), beside its place first
+/// and renamed into it; each tensor's bytes are made as the writer reaches it.
+pub(super) fn write_safetensors(dir: &Path, tensors: Vec<(String, Lazy)>) -> Result<PathBuf> {
     let file = dir.join("model.safetensors");
     let partial = dir.join(".model.safetensors.partial");
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    ::safetensors::tensor::serialize_to_file(tensors.found, Some(metadata), &partial)
+    ::safetensors::tensor::serialize_to_file(tensors, Some(metadata), &partial)
         .map_err(|e| Mamba2Error::file(&partial, e))?;
     std::fs::rename(&partial, &file).map_err(|e| Mamba2Error::file(&file, e))?;
     Ok(file)
 }
 
+/// The file's type for a parameter of float type `dtype`, and the type its values are converted
+/// to: float types other than these four are written as f32.
+pub(super) fn file_dtype(dtype: DType) -> (Dtype, DType) {
+    match dtype {
+        DType::F64 => (Dtype::F64, DType::F64),
+        DType::F16 => (Dtype::F16, DType::F16),
+        DType::BF16 => (Dtype::BF16, DType::BF16),
+        _ => (Dtype::F32, DType::F32),
+    }
+}
+
 /// A parameter to write: its layout and float type, its bytes made when the writer asks.
-struct Lazy {
-    shape: Vec<usize>,
-    dtype: Dtype,
-    bytes: usize,
-    data: Box<dyn Fn() -> TensorData>,
+pub(super) struct Lazy {
+    pub(super) shape: Vec<usize>,
+    pub(super) dtype: Dtype,
+    pub(super) bytes: usize,
+    pub(super) data: Box<dyn Fn() -> TensorData>,
 }
 
 impl View for Lazy {
@@ -113,13 +130,7 @@ impl<B: Backend> ModuleVisitor<B> for Exported {
         if transpose {
             shape.reverse();
         }
-        // float types other than these four are written as f32
-        let (st_dtype, out_dtype) = match dtype {
-            DType::F64 => (Dtype::F64, DType::F64),
-            DType::F16 => (Dtype::F16, DType::F16),
-            DType::BF16 => (Dtype::BF16, DType::BF16),
-            _ => (Dtype::F32, DType::F32),
-        };
+        let (st_dtype, out_dtype) = file_dtype(dtype);
         let bytes = shape.iter().product::<usize>() * out_dtype.size();
         let data = Box::new(move || convert(tensor.clone().into_data(), transpose, out_dtype));
         self.found.push((

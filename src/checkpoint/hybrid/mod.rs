@@ -4,11 +4,13 @@
 //! `nemotron_h`, `falcon_h1`); what they share is here.
 
 mod bamba;
+mod export;
 mod falcon_h1;
 mod granite;
 mod nemotron_h;
 mod presets;
 
+pub use export::save_hybrid;
 pub use presets::{hybrid_preset, HYBRID_PRESETS};
 
 use std::path::Path;
