@@ -63,6 +63,16 @@ def state_spaces_model(out):
     return model
 
 
+def logits_error(model, exp):
+    """The largest difference of `model`'s logits from the case's, relative to their largest
+    magnitude (at most 1e-4)."""
+    with torch.no_grad():
+        logits = model(input_ids=exp["input_ids"], use_cache=False).logits.float()
+    err = (logits - exp["logits"]).abs().max().item() / exp["logits"].abs().max().item()
+    assert err < 1e-4, f"logits differ by {err:.3g} (relative)"
+    return err
+
+
 def hybrid(out, case):
     """A hybrid folder read by transformers: the case's logits and greedy tokens."""
     model = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager")
@@ -71,10 +81,8 @@ def hybrid(out, case):
     model = model.double().eval()
     exp = load_file(f"{case}/expected.safetensors")
     ids = exp["input_ids"]
+    err = logits_error(model, exp)
     with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits.float()
-        err = (logits - exp["logits"]).abs().max().item() / exp["logits"].abs().max().item()
-        assert err < 1e-4, f"logits differ by {err:.3g} (relative)"
         n = exp["greedy"].shape[1]
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                              max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
@@ -96,10 +104,7 @@ def main():
     model = model.double().eval()
     exp = load_file(f"{case}/expected.safetensors")
     ids = exp["input_ids"]
-    with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits.float()
-    err = (logits - exp["logits"]).abs().max().item() / exp["logits"].abs().max().item()
-    assert err < 1e-4, f"logits differ by {err:.3g} (relative)"
+    err = logits_error(model, exp)
     # greedy decoding by its definition (transformers' generate ignores time_step_limit)
     seq = ids
     with torch.no_grad():
