@@ -224,10 +224,12 @@ pub struct Moe<B: Backend> {
     routed_scaling: f64,
 }
 
-/// The experts each token goes to: `experts[t · k + j]` is token `t`'s `j`-th.
-struct Routing {
+/// The experts each token goes to: `experts[t · k + j]` is token `t`'s `j`-th, on the host
+/// and as the device's `[tokens, k]` index.
+struct Routing<B: Backend> {
     experts: Vec<usize>,
     k: usize,
+    index: Tensor<B, 2, Int>,
 }
 
 impl<B: Backend> Moe<B> {
@@ -267,12 +269,22 @@ impl<B: Backend> Moe<B> {
 
     /// The routing weights `[tokens, top_k]` (differentiable in the router's weights) and the
     /// experts they belong to.
-    fn route(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, Routing) {
+    fn route(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, Routing<B>) {
         let [t, _] = x.dims();
         let k = self.top_k;
         let logits = self.router.forward(x);
-        let host: Vec<f32> = logits
-            .clone()
+        // what the choice is made on, read back once: the logits, or the sigmoid scores plus
+        // the correction bias (no gradient: the choice is discrete)
+        let scores = (self.router_kind == RouterKind::Sigmoid).then(|| sigmoid(logits.clone()));
+        let choice = match (&scores, &self.correction_bias) {
+            (None, _) => logits.clone(),
+            (Some(s), None) => s.clone(),
+            (Some(s), Some(bias)) => {
+                s.clone() + cast_to(bias.val(), s.dtype()).unsqueeze_dim::<2>(0)
+            }
+        };
+        let host: Vec<f32> = choice
+            .detach()
             .into_data()
             .convert::<f32>()
             .to_vec()
@@ -284,10 +296,10 @@ impl<B: Backend> Moe<B> {
         let device = logits.device();
         let index: Vec<i64> = experts.iter().map(|&e| e as i64).collect();
         let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [t, k]), &device);
-        let weights = match self.router_kind {
-            RouterKind::Softmax => softmax(logits.gather(1, index), 1),
-            RouterKind::Sigmoid => {
-                let w = sigmoid(logits).gather(1, index);
+        let weights = match scores {
+            None => softmax(logits.gather(1, index.clone()), 1),
+            Some(scores) => {
+                let w = scores.gather(1, index.clone());
                 let w = if self.normalize {
                     w.clone() / (w.sum_dim(1) + 1e-20)
                 } else {
@@ -296,25 +308,17 @@ impl<B: Backend> Moe<B> {
                 w * self.routed_scaling
             }
         };
-        (weights, Routing { experts, k })
+        (weights, Routing { experts, k, index })
     }
 
-    /// The sigmoid router's choice for each row of `logits` (`[tokens · n_experts]`, host),
-    /// as transformers' `NemotronHTopkRouter` makes it.
-    fn grouped_choice(&self, logits: &[f32]) -> Vec<usize> {
+    /// The sigmoid router's choice for each row of `scores` (the sigmoid of the logits plus the
+    /// correction bias, `[tokens · n_experts]`, host), as transformers' `NemotronHTopkRouter`
+    /// makes it.
+    fn grouped_choice(&self, scores: &[f32]) -> Vec<usize> {
         let e = self.n_experts();
-        let bias: Vec<f32> = match &self.correction_bias {
-            Some(b) => b.val().into_data().convert::<f32>().to_vec().unwrap(),
-            None => vec![0.0; e],
-        };
         let size = e / self.n_group;
-        let mut out = Vec::with_capacity(logits.len() / e * self.top_k);
-        for row in logits.chunks(e) {
-            let scores: Vec<f32> = row
-                .iter()
-                .zip(&bias)
-                .map(|(&l, &b)| 1.0 / (1.0 + (-l).exp()) + b)
-                .collect();
+        let mut out = Vec::with_capacity(scores.len() / e * self.top_k);
+        for scores in scores.chunks(e) {
             // each group's score: the sum of its two best
             let group_scores: Vec<f32> = scores
                 .chunks(size)
@@ -332,7 +336,7 @@ impl<B: Backend> Moe<B> {
                     f32::NEG_INFINITY
                 }
             };
-            out.extend(top_k_rows(&scores, e, self.top_k, masked));
+            out.extend(top_k_rows(scores, e, self.top_k, masked));
         }
         out
     }
@@ -362,7 +366,7 @@ impl<B: Backend> Moe<B> {
         &self,
         x: Tensor<B, 2>,
         weights: Tensor<B, 2>,
-        routing: &Routing,
+        routing: &Routing<B>,
     ) -> Tensor<B, 2> {
         let [t, d] = x.dims();
         let k = routing.k;
@@ -389,7 +393,8 @@ impl<B: Backend> Moe<B> {
             }
         }
         let ints = |v: Vec<i64>| {
-            Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device)
+            let n = v.len();
+            Tensor::<B, 1, Int>::from_data(TensorData::new(v, [n]), &device)
         };
         let (tokens, pairs) = (ints(tokens), ints(pairs));
         let active = ints(active.iter().map(|&e| e as i64).collect());
@@ -426,16 +431,14 @@ impl<B: Backend> Moe<B> {
         &self,
         x: Tensor<B, 2>,
         weights: Tensor<B, 2>,
-        routing: &Routing,
+        routing: &Routing<B>,
     ) -> Tensor<B, 2> {
         let [t, d] = x.dims();
         let e = self.n_experts();
         let device = x.device();
-        let index: Vec<i64> = routing.experts.iter().map(|&e| e as i64).collect();
-        let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [t, routing.k]), &device);
         let dense = cast_to(Tensor::<B, 2>::zeros([t, e], &device), weights.dtype()).scatter(
             1,
-            index,
+            routing.index.clone(),
             weights,
             IndexingUpdateOp::Add,
         );
