@@ -74,7 +74,7 @@ pub use checkpoint::{
 };
 pub use error::{Mamba2Error, Result};
 pub use generate::{GenerateConfig, Generation};
-pub use layers::attention::{Attention, AttentionConfig, KvCache};
+pub use layers::attention::{Attention, AttentionConfig, KvCache, PackedTokens};
 pub use layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2BackboneRecord};
 pub use layers::block::{Mamba2Block, Mamba2BlockConfig, Mamba2BlockRecord};
 pub use layers::documents::Documents;

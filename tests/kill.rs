@@ -63,7 +63,7 @@ fn child() {
     let config = config();
     let resume = !checkpoint_epochs(&dir.join("checkpoint")).is_empty();
     let _rng = common::seeded(config.run.seed);
-    train_lm::<B, _, _>(
+    train_lm::<B, _, _, _>(
         &config,
         common::copy_data(1, 64),
         common::copy_data(2, 32),

@@ -65,7 +65,7 @@ fn train_on(
     resume: bool,
     devices: impl Into<mamba2_burn::train::TrainDevices<B>>,
 ) -> mamba2_burn::Result<Mamba2Lm<Inner>> {
-    train_lm::<B, _, _>(
+    train_lm::<B, _, _, _>(
         config,
         data(1, 64),
         data(2, 32),
@@ -237,7 +237,7 @@ fn copy_task_loss_falls_within_a_few_hundred_steps() {
     let initial = config.model.init::<Inner>(&dev()).unwrap();
     let before = evaluate_lm(&initial, &data(3, 128), 64, Some(0), 1, &dev()).unwrap();
     // 600 steps of 16 sequences
-    let model = train_lm::<B, _, _>(
+    let model = train_lm::<B, _, _, _>(
         &config,
         data(1, 600 * 16),
         data(2, 32),

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use mamba2_burn::checkpoint::{HybridSpec, HYBRID_PRESETS};
 use mamba2_burn::data::text::BYTE_VOCAB;
 use mamba2_burn::train::{Mamba2OptimizerConfig, MixedPrecision, ProgressMode};
 use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config};
@@ -85,6 +86,13 @@ pub struct Args {
     /// string: no documents, windows of plain text.
     #[arg(long)]
     pub separator: Option<String>,
+    /// LM tasks: the model: `mamba2` (the default, sized by the flags below); a hybrid family
+    /// at the task's size (`granite`, `bamba`, `nemotron-h`, `falcon-h1`: the config.json files
+    /// in examples/train/hybrid); a published hybrid's shape (`granite-4.0-h-350m`,
+    /// `nemotron-h-8b`, `falcon-h1-0.5b`); or a hybrid's config.json. A hybrid takes the task's
+    /// vocabulary, the rest from its config.
+    #[arg(long, default_value = "mamba2")]
+    pub model: String,
     /// Width of the residual stream.
     #[arg(long)]
     pub d_model: Option<usize>,
@@ -356,6 +364,60 @@ pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig
         args.n_layer.unwrap_or(d.n_layer),
         mixer,
     ))
+}
+
+/// The task-sized configs of the hybrid families (`--model granite` etc.).
+const HYBRID_FAMILIES: [(&str, &str); 4] = [
+    ("granite", include_str!("hybrid/granite.json")),
+    ("bamba", include_str!("hybrid/bamba.json")),
+    ("nemotron-h", include_str!("hybrid/nemotron-h.json")),
+    ("falcon-h1", include_str!("hybrid/falcon-h1.json")),
+];
+
+/// The hybrid model of `--model` with a vocabulary of `vocab` tokens, or `None` for Mamba-2. The
+/// Mamba-2 size flags are an error with a hybrid, whose sizes are in its config.
+pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, String> {
+    let spec = match args.model.as_str() {
+        "mamba2" => return Ok(None),
+        name => match HYBRID_FAMILIES.iter().find(|(n, _)| *n == name) {
+            Some((_, json)) => HybridSpec {
+                config_json: json.to_string(),
+            },
+            None if HYBRID_PRESETS.iter().any(|(n, _, _)| *n == name) => {
+                HybridSpec::preset(name).map_err(|e| e.to_string())?
+            }
+            None if std::path::Path::new(name).exists() => {
+                HybridSpec::from_file(name).map_err(|e| e.to_string())?
+            }
+            None => {
+                let families: Vec<&str> = HYBRID_FAMILIES.iter().map(|(n, _)| *n).collect();
+                let presets: Vec<&str> = HYBRID_PRESETS.iter().map(|(n, _, _)| *n).collect();
+                return Err(format!(
+                    "--model {name:?}: not mamba2, a family ({}), a preset ({}) or a config.json",
+                    families.join(", "),
+                    presets.join(", ")
+                ));
+            }
+        },
+    };
+    let mamba2_flags = [
+        ("--d-model", args.d_model.is_some()),
+        ("--n-layer", args.n_layer.is_some()),
+        ("--d-state", args.d_state.is_some()),
+        ("--headdim", args.headdim.is_some()),
+        ("--chunk-size", args.chunk_size.is_some()),
+        ("--dt-range", args.dt_range.is_some()),
+        ("--a-init-range", args.a_init_range.is_some()),
+    ];
+    if let Some((flag, _)) = mamba2_flags.iter().find(|(_, set)| *set) {
+        return Err(format!(
+            "{flag} sizes the mamba2 model; --model {} takes its sizes from its config",
+            args.model
+        ));
+    }
+    spec.with_vocab_size(vocab)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// `--epochs`, or enough epochs for `--steps` over `items` training items in batches of

@@ -3,17 +3,22 @@
 use std::time::Instant;
 
 use burn::data::dataset::Dataset;
+use burn::module::AutodiffModule;
+use burn::train::SequenceOutput;
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
 use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
-use mamba2_burn::train::{evaluate_lm, train_lm, LmTrainingConfig, RunConfig, TrainDevices};
+use mamba2_burn::train::{
+    evaluate_lm, train_lm, LanguageModel, LanguageModelTraining, LmBatch, LmConfig, RunConfig,
+    SupervisedModel, TrainDevices,
+};
 use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
 
 use crate::args::{
-    artifacts_dir, backbone_config, defaults, epochs_for, optimizer, progress_mode, step_threads,
-    unescape, Args, Defaults, Preset, Task,
+    artifacts_dir, backbone_config, defaults, epochs_for, hybrid_spec, optimizer, progress_mode,
+    step_threads, unescape, Args, Defaults, Preset, Task,
 };
 
 type Data = Box<dyn Dataset<SequenceItem>>;
@@ -131,16 +136,12 @@ pub fn run<B: SsdAutodiffBackend>(
     args: &Args,
     devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    // the trained model comes back on the first device, where it is scored
-    let device = devices.main().clone();
     let start = Instant::now();
     let d = defaults(args.task, args.preset);
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let epochs = epochs_for(args, &d, data.train.len(), batch_size);
-    let model =
-        Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab).with_pad_vocab_size_multiple(8);
     let run = RunConfig::new(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
         .with_batch_size(batch_size)
@@ -148,14 +149,49 @@ pub fn run<B: SsdAutodiffBackend>(
         .with_seed(args.seed)
         .with_step_threads(step_threads(args))
         .with_mixed_precision(args.mixed_precision());
-    let config = LmTrainingConfig::new(model)
+    match hybrid_spec(args, data.vocab)? {
+        Some(spec) => train_and_score(args, spec, run, data, devices, start),
+        None => {
+            let model = Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab)
+                .with_pad_vocab_size_multiple(8);
+            train_and_score(args, model, run, data, devices, start)
+        }
+    }
+}
+
+/// Trains the model of `model` on `data` and prints its held-out scores.
+fn train_and_score<B, M>(
+    args: &Args,
+    model: M,
+    run: RunConfig,
+    data: TaskData,
+    devices: TrainDevices<B>,
+    start: Instant,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    B: SsdAutodiffBackend,
+    M: LmConfig,
+    M::Model<B>: SupervisedModel<B, Batch = LmBatch<B>, Output = SequenceOutput<B>>
+        + AutodiffModule<B, InnerModule = M::Model<B::InnerBackend>>,
+    M::Model<B::InnerBackend>: SupervisedModel<
+            B::InnerBackend,
+            Batch = LmBatch<B::InnerBackend>,
+            Output = SequenceOutput<B::InnerBackend>,
+        > + LanguageModel<B::InnerBackend>,
+{
+    // the trained model comes back on the first device, where it is scored
+    let device = devices.main().clone();
+    let batch_size = run.batch_size;
+    let epochs = run.epochs;
+    let config = LanguageModelTraining::new(model)
         .with_run(run)
         .with_ignore_index(data.ignore_index);
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
     println!(
-        "task {task_name} ({}); {} training sequences x {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
+        "task {task_name} ({}); model {}; {} training sequences x {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
         data.describe,
+        args.model,
         data.train.len(),
         config.run.step_threads,
         args.devices,
@@ -171,7 +207,7 @@ pub fn run<B: SsdAutodiffBackend>(
         describe,
         ..
     } = data;
-    let model = train_lm::<B, _, _>(
+    let model = train_lm::<B, M, _, _>(
         &config,
         train,
         valid,
@@ -196,6 +232,9 @@ pub fn run<B: SsdAutodiffBackend>(
         ),
         _ => format!("accuracy={:.4} loss={:.4}", scores.accuracy, scores.loss),
     };
-    println!("result: task={task_name} {metrics} {describe} elapsed_s={elapsed:.1}");
+    println!(
+        "result: task={task_name} model={} {metrics} {describe} elapsed_s={elapsed:.1}",
+        args.model
+    );
     Ok(())
 }

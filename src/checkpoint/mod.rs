@@ -46,7 +46,7 @@ use weights::{file_size, WeightFiles};
 pub use config::{read_config, CheckpointFormat};
 pub use hybrid::{
     hybrid_preset, hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config,
-    save_hybrid, HybridTensorName, HYBRID_PRESETS,
+    save_hybrid, HybridSpec, HybridTensorName, HYBRID_PRESETS,
 };
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;

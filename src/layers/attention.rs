@@ -10,6 +10,7 @@ use burn::tensor::{backend::Backend, Bool, Tensor, TensorData};
 use crate::error::{check_shape, Mamba2Error};
 use crate::init::ParamInit;
 use crate::layers::activation::softmax;
+use crate::layers::documents::Documents;
 use crate::layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
 use crate::precision::{cast_to, reshape_via_flat, upcast};
 
@@ -192,8 +193,8 @@ impl<B: Backend> Attention<B> {
             &[None, None, Some(self.d_model())],
             "b, l, d_model",
         )?;
-        let [b, l, _] = x.dims();
-        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let [b, _, _] = x.dims();
+        let (kv, hd) = (self.n_kv_heads, self.head_dim);
         if let Some(c) = &cache {
             check_shape(
                 "cache.key",
@@ -209,6 +210,54 @@ impl<B: Backend> Attention<B> {
             )?;
         }
         let past = cache.as_ref().map_or(0, KvCache::len);
+        Ok(self.attend(x, cache, Positions::From(past), None))
+    }
+
+    /// Runs the layer over fresh rows of packed documents: a token attends to the tokens of its
+    /// own document up to itself, at its position in that document; each document's output is
+    /// the one it has alone.
+    ///
+    /// # Shapes
+    /// - x: `[b, l, d_model]`, packed: `[b, l]`; returns `[b, l, d_model]`
+    pub fn forward_documents(
+        &self,
+        x: Tensor<B, 3>,
+        packed: &PackedTokens<B>,
+    ) -> crate::error::Result<Tensor<B, 3>> {
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model())],
+            "b, l, d_model",
+        )?;
+        let [b, l, _] = x.dims();
+        packed.documents.check(b, l)?;
+        // key `j` hidden from query `i` of another document, for each of the g query heads of
+        // a group stacked as rows (see `attend`)
+        let seq_idx = packed.documents.seq_idx();
+        let other = seq_idx
+            .clone()
+            .reshape([b, 1, l, 1])
+            .expand([b, 1, l, l])
+            .not_equal(seq_idx.reshape([b, 1, 1, l]).expand([b, 1, l, l]));
+        let g = self.n_heads / self.n_kv_heads;
+        let other = Tensor::cat(vec![other; g], 2);
+        let positions = Positions::Packed(&packed.positions);
+        Ok(self.attend(x, None, positions, Some(other)).0)
+    }
+
+    /// Attention of the new tokens `x` at `positions` over the cached ones and themselves,
+    /// causal, and where `hidden` is set (`[b, 1, g·l, past + l]`) not at all.
+    fn attend(
+        &self,
+        x: Tensor<B, 3>,
+        cache: Option<KvCache<B>>,
+        positions: Positions<'_>,
+        hidden: Option<Tensor<B, 4, Bool>>,
+    ) -> (Tensor<B, 3>, KvCache<B>) {
+        let [b, l, _] = x.dims();
+        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let past = cache.as_ref().map_or(0, KvCache::len);
         let mut q = split_heads(self.q_proj.forward(x.clone()), h, hd);
         let mut k = split_heads(self.k_proj.forward(x.clone()), kv, hd);
         if self.key_multiplier != 1.0 {
@@ -217,7 +266,10 @@ impl<B: Backend> Attention<B> {
         let v = split_heads(self.v_proj.forward(x), kv, hd);
         if let Some(rope) = &self.rope {
             // one table for q and k
-            let tables = rope.tables(past, l, q.dtype(), &q.device());
+            let tables = match positions {
+                Positions::From(start) => rope.tables(start, l, q.dtype(), &q.device()),
+                Positions::Packed(p) => rope.tables_at(p, b, q.dtype(), &q.device()),
+            };
             q = rope.apply(q, &tables);
             k = rope.apply(k, &tables);
         }
@@ -236,11 +288,55 @@ impl<B: Backend> Attention<B> {
         let scores = upcast(q.matmul(k.clone().swap_dims(2, 3))) * self.scale;
         let mask = causal_mask::<B>(g, l, past, &scores.device());
         let floor = masked_score(scores.dtype());
-        let scores = scores.mask_fill(mask, floor);
+        let mut scores = scores.mask_fill(mask, floor);
+        if let Some(hidden) = hidden {
+            scores = scores.mask_fill(hidden, floor);
+        }
         let probs = cast_to(softmax(scores, 3), v.dtype());
         let out = merge_heads(probs.matmul(v.clone()).reshape([b, h, l, hd]));
         debug_assert_eq!(k.dims()[2], t);
-        Ok((self.o_proj.forward(out), KvCache { key: k, value: v }))
+        (self.o_proj.forward(out), KvCache { key: k, value: v })
+    }
+}
+
+/// Where the new tokens are: a run from a position, or packed documents' own positions.
+enum Positions<'a> {
+    From(usize),
+    Packed(&'a [usize]),
+}
+
+/// Packed documents as attention takes them: each token's document, and its position in that
+/// document (read back once, for the rotary tables of every attention layer).
+#[derive(Clone, Debug)]
+pub struct PackedTokens<B: Backend> {
+    documents: Documents<B>,
+    positions: Vec<usize>,
+}
+
+impl<B: Backend> PackedTokens<B> {
+    /// The tokens of `documents`, their positions read back from the device.
+    pub fn new(documents: &Documents<B>) -> Self {
+        let [b, l] = documents.dims();
+        let seq_idx: Vec<i64> = documents.seq_idx().into_data().iter::<i64>().collect();
+        let mut positions = Vec::with_capacity(b * l);
+        for row in seq_idx.chunks(l.max(1)) {
+            let mut start = 0;
+            for (t, doc) in row.iter().enumerate() {
+                if t > 0 && *doc != row[t - 1] {
+                    start = t;
+                }
+                positions.push(t - start);
+            }
+        }
+        Self {
+            documents: documents.clone(),
+            positions,
+        }
+    }
+
+    /// The documents.
+    pub fn documents(&self) -> &Documents<B> {
+        &self.documents
     }
 }
 

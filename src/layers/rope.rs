@@ -80,12 +80,31 @@ impl RotaryEmbedding {
         dtype: burn::tensor::DType,
         device: &B::Device,
     ) -> RopeTables<B> {
+        let positions: Vec<usize> = (start..start + len).collect();
+        self.tables_at(&positions, 1, dtype, device)
+    }
+
+    /// The tables of `rows` rows of positions each (`positions` row after row: packed
+    /// documents, each row's positions restarting at every document).
+    ///
+    /// # Shapes
+    /// - positions: `rows · len`; returns two `[rows, 1, len, rotary_dim]`
+    pub fn tables_at<B: Backend>(
+        &self,
+        positions: &[usize],
+        rows: usize,
+        dtype: burn::tensor::DType,
+        device: &B::Device,
+    ) -> RopeTables<B> {
         let r = self.rotary_dim;
+        let len = positions.len() / rows.max(1);
+        debug_assert_eq!(len * rows, positions.len());
         let inv_freq: Vec<f32> = (0..r / 2)
             .map(|i| 1.0 / (self.theta as f32).powf((2 * i) as f32 / r as f32))
             .collect();
-        let (mut cos, mut sin) = (Vec::with_capacity(len * r), Vec::with_capacity(len * r));
-        for p in start..start + len {
+        let n = positions.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(n * r), Vec::with_capacity(n * r));
+        for &p in positions {
             for _ in 0..2 {
                 for f in &inv_freq {
                     let angle = p as f32 * f;
@@ -96,10 +115,10 @@ impl RotaryEmbedding {
         }
         let table = |v: Vec<f32>| {
             cast_to(
-                Tensor::<B, 2>::from_data(TensorData::new(v, [len, r]), device),
+                Tensor::<B, 2>::from_data(TensorData::new(v, [n, r]), device),
                 dtype,
             )
-            .reshape([1, 1, len, r])
+            .reshape([rows, 1, len, r])
         };
         RopeTables {
             cos: table(cos),
@@ -110,7 +129,8 @@ impl RotaryEmbedding {
     /// Rotates `x` by the angles of `tables`.
     ///
     /// # Shapes
-    /// - x: `[b, heads, l, head_dim]` with `l` the tables' length; returns the same
+    /// - x: `[b, heads, l, head_dim]` with `l` the tables' length (and `b` their rows, or one
+    ///   row for all); returns the same
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, tables: &RopeTables<B>) -> Tensor<B, 4> {
         let [_, _, _, d] = x.dims();
         debug_assert_eq!(d, self.head_dim);

@@ -49,14 +49,18 @@ pub struct RunConfig {
 /// Burn's [`Config`] (save, load) and `Display` as JSON for a training config, which derives
 /// serde itself (its `new` takes the model, so Burn's `Config` derive does not fit it).
 macro_rules! training_config_io {
-    ($config:ty) => {
-        impl burn::config::Config for $config {}
+    // a generic config: `[M: Bound] Config<M>`
+    ([$($generics:tt)*] $config:ty) => {
+        impl<$($generics)*> burn::config::Config for $config {}
 
-        impl core::fmt::Display for $config {
+        impl<$($generics)*> core::fmt::Display for $config {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
                 f.write_str(&burn::config::config_to_json(self))
             }
         }
+    };
+    ($config:ty) => {
+        training_config_io!([] $config);
     };
 }
 pub(crate) use training_config_io;

@@ -1,28 +1,113 @@
-//! The language model's training run and held-out scores.
+//! The language models' training run and held-out scores, for any model a [`LmConfig`] builds:
+//! [`Mamba2Lm`] from a [`Mamba2LmConfig`], [`HybridLm`] from a [`HybridSpec`].
 
 use std::path::Path;
 use std::sync::Arc;
 
 use burn::data::dataset::Dataset;
+use burn::module::{AutodiffModule, Module, ModuleDisplay};
+use burn::tensor::backend::Backend;
 use burn::tensor::ElementConversion;
 use burn::train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
+use burn::train::SequenceOutput;
 
 use super::batch::{LmBatch, SequenceBatcher};
 use super::config::{training_config_io, RunConfig};
 use super::devices::TrainDevices;
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
-use crate::checkpoint::save_lm;
+use super::step::{LanguageModel, SupervisedModel};
+use crate::checkpoint::{save_hybrid, save_lm, HybridSpec};
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
+use crate::models::hybrid::HybridLm;
 use crate::models::lm::{check_in_vocab, Mamba2Lm, Mamba2LmConfig};
 use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
-/// Configuration of a language-model training run (saved as `config.json` in its artifacts).
+/// The config of the model a language-model run trains: it checks itself, builds the model,
+/// and saves the trained one as a checkpoint folder. [`Mamba2LmConfig`] builds a [`Mamba2Lm`]
+/// (saved by [`save_lm`]), [`HybridSpec`] a [`HybridLm`] (saved by [`save_hybrid`] as
+/// transformers' folder of its family).
+pub trait LmConfig:
+    Clone + core::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+    /// The model on backend `B`.
+    type Model<B: Backend>: Module<B> + ModuleDisplay;
+
+    /// Checks the config.
+    fn check(&self) -> crate::error::Result<()>;
+
+    /// The token ids the model takes: `0..vocab`.
+    fn vocab(&self) -> crate::error::Result<usize>;
+
+    /// A model with fresh weights on `device`.
+    fn init_model<B: SsdBackend>(&self, device: &B::Device)
+        -> crate::error::Result<Self::Model<B>>;
+
+    /// Writes `model` to the folder `dir`.
+    fn save_model<B: SsdBackend>(
+        &self,
+        model: &Self::Model<B>,
+        dir: &Path,
+    ) -> crate::error::Result<()>;
+}
+
+impl LmConfig for Mamba2LmConfig {
+    type Model<B: Backend> = Mamba2Lm<B>;
+
+    fn check(&self) -> crate::error::Result<()> {
+        self.validate()
+    }
+
+    fn vocab(&self) -> crate::error::Result<usize> {
+        Ok(self.padded_vocab_size())
+    }
+
+    fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Lm<B>> {
+        self.init(device)
+    }
+
+    fn save_model<B: SsdBackend>(
+        &self,
+        model: &Mamba2Lm<B>,
+        dir: &Path,
+    ) -> crate::error::Result<()> {
+        save_lm(model, self, dir).map(drop)
+    }
+}
+
+impl LmConfig for HybridSpec {
+    type Model<B: Backend> = HybridLm<B>;
+
+    fn check(&self) -> crate::error::Result<()> {
+        self.config()?.validate()
+    }
+
+    fn vocab(&self) -> crate::error::Result<usize> {
+        Ok(self.config()?.vocab_size)
+    }
+
+    fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<HybridLm<B>> {
+        self.config()?.init(device)
+    }
+
+    fn save_model<B: SsdBackend>(
+        &self,
+        model: &HybridLm<B>,
+        dir: &Path,
+    ) -> crate::error::Result<()> {
+        save_hybrid(model, &self.config_json, dir).map(drop)
+    }
+}
+
+/// Configuration of a language-model training run (saved as `config.json` in its artifacts):
+/// the model's config, the run's settings, the unscored target. [`LmTrainingConfig`] trains a
+/// [`Mamba2Lm`], [`HybridTrainingConfig`] a [`HybridLm`].
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct LmTrainingConfig {
+#[serde(bound = "M: LmConfig")]
+pub struct LanguageModelTraining<M> {
     /// The model.
-    pub model: Mamba2LmConfig,
+    pub model: M,
     /// The optimizer, schedule, batch size, epochs, seed and threads. Default:
     /// `RunConfig::new(3e-3)` (peak learning rate 3e-3).
     pub run: RunConfig,
@@ -33,9 +118,15 @@ pub struct LmTrainingConfig {
 /// The peak learning rate of a language-model run unless set.
 const DEFAULT_LR: f64 = 3e-3;
 
-impl LmTrainingConfig {
+/// The training run of a [`Mamba2Lm`].
+pub type LmTrainingConfig = LanguageModelTraining<Mamba2LmConfig>;
+
+/// The training run of a [`HybridLm`].
+pub type HybridTrainingConfig = LanguageModelTraining<HybridSpec>;
+
+impl<M: LmConfig> LanguageModelTraining<M> {
     /// A run of `model` with the default run settings.
-    pub fn new(model: Mamba2LmConfig) -> Self {
+    pub fn new(model: M) -> Self {
         Self {
             model,
             run: RunConfig::new(DEFAULT_LR),
@@ -56,13 +147,15 @@ impl LmTrainingConfig {
     }
 }
 
-training_config_io!(LmTrainingConfig);
+training_config_io!([M: LmConfig] LanguageModelTraining<M>);
 
-/// Trains a [`Mamba2Lm`] on `train`, validating on `valid` after every epoch, and leaves in
-/// `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and scheduler
-/// after each epoch, written atomically), `model/` (the final model, loadable with
-/// [`load_lm`](crate::load_lm)), `metrics.csv` (each metric's mean per epoch and split) and
-/// Burn's per-iteration logs.
+/// Trains the language model of `config.model` (a [`Mamba2Lm`] from a [`Mamba2LmConfig`], a
+/// [`HybridLm`] from a [`HybridSpec`]) on `train`, validating on `valid` after every epoch,
+/// and leaves in `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and
+/// scheduler after each epoch, written atomically), `model/` (the final model: loadable with
+/// [`load_lm`](crate::load_lm), or for a hybrid transformers' folder of its family, loadable
+/// with [`load_hybrid`](crate::load_hybrid) and by transformers), `metrics.csv` (each metric's
+/// mean per epoch and split) and Burn's per-iteration logs.
 ///
 /// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
 /// same data order as an uninterrupted run, so it ends with the same weights); the config must
@@ -74,23 +167,31 @@ training_config_io!(LmTrainingConfig);
 /// `devices` is one device (`&device`) or several ([`TrainDevices::multi`], Burn's
 /// multi-device strategy: `batch_size` is then each device's batch, and a step averages the
 /// devices' gradients; [`TrainDevices`] says more). The model returned is on the first device.
-pub fn train_lm<B, D, V>(
-    config: &LmTrainingConfig,
+pub fn train_lm<B, M, D, V>(
+    config: &LanguageModelTraining<M>,
     train: D,
     valid: V,
     artifacts: &Path,
     resume: bool,
     progress: ProgressMode,
     devices: impl Into<TrainDevices<B>>,
-) -> crate::error::Result<Mamba2Lm<B::InnerBackend>>
+) -> crate::error::Result<M::Model<B::InnerBackend>>
 where
     B: SsdAutodiffBackend,
+    M: LmConfig,
+    M::Model<B>: SupervisedModel<B, Batch = LmBatch<B>, Output = SequenceOutput<B>>
+        + AutodiffModule<B, InnerModule = M::Model<B::InnerBackend>>,
+    M::Model<B::InnerBackend>: SupervisedModel<
+        B::InnerBackend,
+        Batch = LmBatch<B::InnerBackend>,
+        Output = SequenceOutput<B::InnerBackend>,
+    >,
     D: Dataset<SequenceItem> + 'static,
     V: Dataset<SequenceItem> + 'static,
 {
-    config.model.validate()?;
+    config.model.check()?;
     // token ids are checked here, on the host, once: the model's forward does not read them back
-    let vocab = config.model.padded_vocab_size();
+    let vocab = config.model.vocab()?;
     check_sequence_tokens(&train, "train data", vocab, config.ignore_index)?;
     check_sequence_tokens(&valid, "validation data", vocab, config.ignore_index)?;
     let accuracy = || match config.ignore_index {
@@ -118,7 +219,7 @@ where
         resume,
         progress,
     };
-    let init = |device: &B::Device| config.model.init::<B>(device);
+    let init = |device: &B::Device| config.model.init_model::<B>(device);
     let model = launch(&run, config, init, data, devices.into(), |training, _| {
         training
             .metric_train_numeric(LossMetric::new())
@@ -127,7 +228,7 @@ where
             .metric_valid_numeric(accuracy())
             .metric_valid_numeric(perplexity())
     })?;
-    save_lm(&model, &config.model, artifacts.join("model"))?;
+    config.model.save_model(&model, &artifacts.join("model"))?;
     Ok(model)
 }
 
@@ -169,14 +270,19 @@ pub struct LmScores {
 
 /// Scores `model` on every item of `dataset` (positions whose target is `ignore_index` are not
 /// scored), its batches spread over `threads` threads.
-pub fn evaluate_lm<B: SsdBackend, D: Dataset<SequenceItem>>(
-    model: &Mamba2Lm<B>,
+pub fn evaluate_lm<B, M, D>(
+    model: &M,
     dataset: &D,
     batch_size: usize,
     ignore_index: Option<usize>,
     threads: usize,
     device: &B::Device,
-) -> crate::error::Result<LmScores> {
+) -> crate::error::Result<LmScores>
+where
+    B: SsdBackend,
+    M: LanguageModel<B> + Clone + Send,
+    D: Dataset<SequenceItem>,
+{
     let n = dataset.len();
     let batch_size = batch_size.max(1);
     let batches: Vec<Vec<SequenceItem>> = (0..n)
@@ -189,7 +295,7 @@ pub fn evaluate_lm<B: SsdBackend, D: Dataset<SequenceItem>>(
         .collect();
     // contiguous runs of batches, one per thread
     let mut batches = batches.into_iter();
-    let groups: Vec<(Mamba2Lm<B>, Vec<Vec<SequenceItem>>)> = split_rows(batches.len(), threads)
+    let groups: Vec<(M, Vec<Vec<SequenceItem>>)> = split_rows(batches.len(), threads)
         .into_iter()
         .map(|(_, len)| (model.clone(), batches.by_ref().take(len).collect()))
         .collect();
@@ -219,8 +325,8 @@ pub fn evaluate_lm<B: SsdBackend, D: Dataset<SequenceItem>>(
 }
 
 /// Summed negative log-likelihood, correct predictions and scored positions of one batch.
-fn score_batch<B: SsdBackend>(
-    model: &Mamba2Lm<B>,
+fn score_batch<B: SsdBackend, M: LanguageModel<B>>(
+    model: &M,
     items: Vec<SequenceItem>,
     ignore_index: Option<usize>,
     device: &B::Device,
@@ -228,7 +334,7 @@ fn score_batch<B: SsdBackend>(
     use crate::layers::activation::log_softmax;
     use burn::data::dataloader::batcher::Batcher;
     let batch: LmBatch<B> = SequenceBatcher { ignore_index }.batch(items, device);
-    let (logits, _) = model.forward_documents(batch.inputs, batch.documents.as_ref(), None)?;
+    let logits = model.logits(batch.inputs, batch.documents.as_ref())?;
     let [b, l, v] = logits.dims();
     let targets = batch.targets.reshape([b * l, 1]);
     let log_probs = log_softmax(logits.reshape([b * l, v]), 1);

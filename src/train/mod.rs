@@ -6,7 +6,7 @@
 //! as they are. Each implements [`SupervisedModel`] (its batch, its loss, how the batch splits
 //! over threads), and one generic step, [`train_step`] / [`inference_step`], serves all three:
 //!
-//! - [`crate::Mamba2Lm`] on an [`LmBatch`]: next-token cross-entropy (positions whose
+//! - [`crate::Mamba2Lm`] and [`HybridLm`](crate::hybrid::HybridLm) on an [`LmBatch`]: next-token cross-entropy (positions whose
 //!   target is `ignore_index` are not scored), output [`SequenceOutput`](burn::train::SequenceOutput) for Burn's loss,
 //!   accuracy and perplexity metrics;
 //! - [`crate::Mamba2Regressor`] on a [`RegressionBatch`]: mean squared error of
@@ -52,13 +52,18 @@ pub use forecast::{
     direction_accuracy, evaluate_forecaster, load_forecaster, save_forecaster, train_forecaster,
     ForecastScores, ForecastTrainingConfig,
 };
-pub use lm::{evaluate_lm, train_lm, LmScores, LmTrainingConfig};
+pub use lm::{
+    evaluate_lm, train_lm, HybridTrainingConfig, LanguageModelTraining, LmConfig, LmScores,
+    LmTrainingConfig,
+};
 pub use mixed::MixedPrecision;
 pub use optim::{Mamba2Optimizer, Mamba2OptimizerConfig, Mamba2OptimizerRecord, NonFiniteGuard};
 pub use parallel::{parallel_backward, parallel_forward, parallel_map, split_rows, BatchPart};
 pub use progress::PlainProgress;
 pub use run::{checkpoint_epochs, ProgressMode};
 pub use schedule::WarmupCosineLr;
-pub use step::{inference_step, masked_cross_entropy, train_step, StepOutput, SupervisedModel};
+pub use step::{
+    inference_step, masked_cross_entropy, train_step, LanguageModel, StepOutput, SupervisedModel,
+};
 pub use stopping::{KeepBestAndLast, ValidLossStopping};
 pub use threaded::Threaded;

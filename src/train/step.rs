@@ -11,11 +11,48 @@ use super::batch::{ForecastBatch, LmBatch, RegressionBatch};
 use super::mixed::{compute_model, MixedPrecision};
 use super::parallel::{parallel_backward, parallel_forward, BatchPart};
 use crate::layers::activation::log_softmax;
+use crate::layers::documents::Documents;
 use crate::models::forecaster::Mamba2Forecaster;
+use crate::models::hybrid::HybridLm;
 use crate::models::lm::Mamba2Lm;
 use crate::models::regressor::Mamba2Regressor;
 use crate::precision::upcast;
 use crate::ssd::{SsdAutodiffBackend, SsdBackend};
+
+/// The next-token logits of a language model, which [`train_lm`]'s loss and [`evaluate_lm`]
+/// score.
+pub trait LanguageModel<B: SsdBackend> {
+    /// Logits for every position of fresh sequences (packed documents where `documents` is
+    /// given: no state crosses a document boundary).
+    ///
+    /// # Shapes
+    /// - ids, documents: `[b, l]`; returns `[b, l, vocab]`
+    fn logits(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::error::Result<Tensor<B, 3>>;
+}
+
+impl<B: SsdBackend> LanguageModel<B> for Mamba2Lm<B> {
+    fn logits(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::error::Result<Tensor<B, 3>> {
+        Ok(self.forward_documents(ids, documents, None)?.0)
+    }
+}
+
+impl<B: SsdBackend> LanguageModel<B> for HybridLm<B> {
+    fn logits(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::error::Result<Tensor<B, 3>> {
+        self.forward_documents(ids, documents)
+    }
+}
 
 impl<B: Backend> Mamba2Lm<B> {
     /// Logits and the mean cross-entropy over the scored positions of `batch`.
@@ -30,14 +67,33 @@ impl<B: Backend> Mamba2Lm<B> {
     where
         B: SsdBackend,
     {
-        let (logits, _) = self
-            .forward_documents(batch.inputs.clone(), batch.documents.as_ref(), None)
-            .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
-        // the loss and the metrics in `f32` whatever the model computes in
-        let logits = upcast(logits);
-        let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
-        SequenceOutput::new(loss, logits, None, batch.targets.clone())
+        lm_loss(self, batch)
     }
+}
+
+impl<B: Backend> HybridLm<B> {
+    /// Logits and the mean cross-entropy over the scored positions of `batch`, as
+    /// [`Mamba2Lm::forward_loss`].
+    ///
+    /// # Panics
+    /// If the batch holds token ids outside the vocabulary.
+    pub fn forward_loss(&self, batch: &LmBatch<B>) -> SequenceOutput<B>
+    where
+        B: SsdBackend,
+    {
+        lm_loss(self, batch)
+    }
+}
+
+/// A language model's logits on `batch` and their mean cross-entropy, in `f32` whatever the
+/// model computes in (the loss and Burn's metrics).
+fn lm_loss<B: SsdBackend>(model: &impl LanguageModel<B>, batch: &LmBatch<B>) -> SequenceOutput<B> {
+    let logits = model
+        .logits(batch.inputs.clone(), batch.documents.as_ref())
+        .unwrap_or_else(|e| panic!("training batch rejected: {e}"));
+    let logits = upcast(logits);
+    let loss = masked_cross_entropy(logits.clone(), batch.targets.clone(), batch.ignore_index);
+    SequenceOutput::new(loss, logits, None, batch.targets.clone())
 }
 
 impl<B: Backend> Mamba2Regressor<B> {
@@ -268,6 +324,7 @@ macro_rules! supervised {
 }
 
 supervised!(Mamba2Lm, LmBatch, SequenceOutput, forward_loss);
+supervised!(HybridLm, LmBatch, SequenceOutput, forward_loss);
 supervised!(
     Mamba2Regressor,
     RegressionBatch,

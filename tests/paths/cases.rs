@@ -484,7 +484,7 @@ case! {
         let _rng = seeded(config.run.seed);
         let initial = config.model.init::<B>(&dev()).unwrap();
         let before = evaluate_lm(&initial, &data(3, 64), 32, Some(0), 1, &dev()).unwrap();
-        let trained = train_lm::<Autodiff<B>, _, _>(
+        let trained = train_lm::<Autodiff<B>, _, _, _>(
             &config,
             data(1, 64),
             data(2, 32),

@@ -11,7 +11,7 @@ mod nemotron_h;
 mod presets;
 
 pub use export::save_hybrid;
-pub use presets::{hybrid_preset, HYBRID_PRESETS};
+pub use presets::{hybrid_preset, HybridSpec, HYBRID_PRESETS};
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::layers::attention::{Attention, KvCache};
+use crate::layers::attention::{Attention, KvCache, PackedTokens};
 use crate::layers::mixer::Mamba2;
 use crate::layers::mlp::Mlp;
 use crate::layers::moe::Moe;
@@ -156,27 +156,67 @@ impl<B: Backend> HybridLayer<B> {
     where
         B: SsdBackend,
     {
+        self.mix(h, Context::Cache(cache))
+    }
+
+    /// Runs the layer over fresh rows of packed documents (`packed`): no state and no
+    /// attention crosses a document boundary.
+    ///
+    /// # Shapes
+    /// - h: `[b, l, d_model]`, packed: `[b, l]`; returns `[b, l, d_model]`
+    pub fn forward_documents(
+        &self,
+        h: Tensor<B, 3>,
+        packed: &PackedTokens<B>,
+    ) -> crate::error::Result<Tensor<B, 3>>
+    where
+        B: SsdBackend,
+    {
+        Ok(self.mix(h, Context::Packed(packed))?.0)
+    }
+
+    /// The layer over `h`, from a cache or on packed documents.
+    fn mix(
+        &self,
+        h: Tensor<B, 3>,
+        context: Context<'_, B>,
+    ) -> crate::error::Result<(Tensor<B, 3>, LayerCache<B>)>
+    where
+        B: SsdBackend,
+    {
         if self.mamba.is_none() && self.attention.is_none() {
             return Ok((self.ffn_alone(h), LayerCache::empty()));
         }
+        let (cache, packed) = match context {
+            Context::Cache(cache) => (cache, None),
+            Context::Packed(packed) => (LayerCache::empty(), Some(packed)),
+        };
         let u = self.input_norm.forward(h.clone());
         let mut next = LayerCache::empty();
         let mut out = None;
         if let Some(mamba) = &self.mamba {
             let (mi, mo) = self.mamba_multipliers;
-            let (y, state) = mamba.forward(scaled(u.clone(), mi), cache.mamba)?;
+            let documents = packed.map(PackedTokens::documents);
+            let (y, state) =
+                mamba.forward_documents(scaled(u.clone(), mi), documents, cache.mamba)?;
             out = Some(scaled(y, mo));
             next.mamba = Some(state);
         }
         if let Some(attention) = &self.attention {
             let (ai, ao) = self.attention_multipliers;
-            let (y, kv) = attention.forward(scaled(u, ai), cache.kv)?;
+            let y = match packed {
+                Some(packed) => attention.forward_documents(scaled(u, ai), packed)?,
+                None => {
+                    let (y, kv) = attention.forward(scaled(u, ai), cache.kv)?;
+                    next.kv = Some(kv);
+                    y
+                }
+            };
             let y = scaled(y, ao);
             out = Some(match out {
                 Some(m) => m + y,
                 None => y,
             });
-            next.kv = Some(kv);
         }
         let out = out.expect("a layer with a mixer");
         let h = self.add(h, out);
@@ -240,4 +280,10 @@ fn scaled<B: Backend, const D: usize>(t: Tensor<B, D>, factor: f64) -> Tensor<B,
     } else {
         t * factor
     }
+}
+
+/// What a layer's forward continues: a cache, or fresh rows of packed documents.
+enum Context<'a, B: Backend> {
+    Cache(LayerCache<B>),
+    Packed(&'a PackedTokens<B>),
 }

@@ -6,6 +6,8 @@ use burn::tensor::{backend::Backend, Int, Tensor};
 
 use super::layer::{HybridLayer, LayerCache};
 use crate::error::{check_shape, Mamba2Error};
+use crate::layers::attention::PackedTokens;
+use crate::layers::documents::Documents;
 use crate::layers::norm::RmsNorm;
 use crate::precision::upcast;
 use crate::ssd::SsdBackend;
@@ -157,6 +159,35 @@ impl<B: Backend> HybridLm<B> {
         let (mut outputs, cache) = self.forward_layers(ids, cache)?;
         let last = outputs.pop().expect("at least one layer");
         Ok((self.head(self.norm.forward(last)), cache))
+    }
+
+    /// Next-token logits of fresh rows of packed documents (`documents`; `None`: one sequence
+    /// a row): neither the Mamba layers' state nor attention crosses a document boundary, and
+    /// rotary positions restart at each document, so every document gets the logits it has
+    /// alone. (No cache comes out: a row's documents end at different places.)
+    ///
+    /// # Shapes
+    /// - ids, documents: `[b, l]`; returns logits `[b, l, vocab]`
+    pub fn forward_documents(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        documents: Option<&Documents<B>>,
+    ) -> crate::error::Result<Tensor<B, 3>>
+    where
+        B: SsdBackend,
+    {
+        let Some(documents) = documents else {
+            return Ok(self.forward(ids, None)?.0);
+        };
+        check_shape("ids", &ids.dims(), &[None, None], "b, l")?;
+        let [b, l] = ids.dims();
+        documents.check(b, l)?;
+        let packed = PackedTokens::new(documents);
+        let mut h = self.embed(ids);
+        for layer in &self.layers {
+            h = layer.forward_documents(h, &packed)?;
+        }
+        Ok(self.head(self.norm.forward(h)))
     }
 
     /// The hidden states after the final norm, for a fresh sequence.
