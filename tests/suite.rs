@@ -22,6 +22,7 @@ mod forecaster;
 mod generate;
 mod hybrid;
 mod hybrid_files;
+mod hybrid_training;
 mod kill;
 mod mixed;
 mod moe;

@@ -230,20 +230,7 @@ impl<B: Backend> Mamba2Lm<B> {
     where
         B: SsdBackend,
     {
-        let l = rows.first().map_or(0, Vec::len);
-        if let Some(row) = rows.iter().find(|r| r.len() != l) {
-            return Err(Mamba2Error::Shape {
-                name: "input_ids",
-                expected: format!("rows of one length ({l})"),
-                actual: vec![rows.len(), row.len()],
-            });
-        }
-        let flat: Vec<i64> = rows.concat();
-        self.check_token_ids(&flat)?;
-        Ok(Tensor::from_data(
-            TensorData::new(flat, [rows.len(), l]),
-            device,
-        ))
+        checked_ids(rows, self.vocab_size, device)
     }
 
     /// Hidden states to logits.
@@ -338,6 +325,29 @@ impl<B: Backend> Mamba2Lm<B> {
 
 /// Checks that every id of `ids` is in `[0, vocab)` or equals `allowed` (an ignore index), with
 /// an [`InvalidInput`](Mamba2Error::InvalidInput) error named `name` for the first that is not.
+/// `rows` of host token ids as the `[rows, l]` input of a model with `vocab` tokens: rows of
+/// one length, every id in `[0, vocab)`.
+pub(crate) fn checked_ids<B: Backend>(
+    rows: &[Vec<i64>],
+    vocab: usize,
+    device: &B::Device,
+) -> crate::error::Result<Tensor<B, 2, Int>> {
+    let l = rows.first().map_or(0, Vec::len);
+    if let Some(row) = rows.iter().find(|r| r.len() != l) {
+        return Err(Mamba2Error::Shape {
+            name: "input_ids",
+            expected: format!("rows of one length ({l})"),
+            actual: vec![rows.len(), row.len()],
+        });
+    }
+    let flat: Vec<i64> = rows.concat();
+    check_in_vocab(&flat, vocab, None, "input_ids")?;
+    Ok(Tensor::from_data(
+        TensorData::new(flat, [rows.len(), l]),
+        device,
+    ))
+}
+
 pub(crate) fn check_in_vocab(
     ids: &[i64],
     vocab: usize,

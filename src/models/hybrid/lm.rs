@@ -9,6 +9,7 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::layers::attention::PackedTokens;
 use crate::layers::documents::Documents;
 use crate::layers::norm::RmsNorm;
+use crate::models::lm::{check_in_vocab, checked_ids};
 use crate::precision::upcast;
 use crate::ssd::SsdBackend;
 
@@ -60,6 +61,26 @@ impl<B: Backend> HybridLm<B> {
     /// Width of the residual stream.
     pub fn d_model(&self) -> usize {
         self.d_model
+    }
+
+    /// Checks token ids on the host: every id in `[0, vocab_size)`. As for
+    /// [`Mamba2Lm::check_token_ids`](crate::Mamba2Lm::check_token_ids), the forward and the
+    /// step do not read their ids back to check them.
+    pub fn check_token_ids(&self, ids: &[i64]) -> crate::error::Result<()> {
+        check_in_vocab(ids, self.vocab_size, None, "input_ids")
+    }
+
+    /// The checked input of [`forward`](Self::forward) from host token ids: `rows` of equal
+    /// length, each id in `[0, vocab_size)`.
+    ///
+    /// # Shapes
+    /// - returns `[rows.len(), row length]`
+    pub fn input_ids(
+        &self,
+        rows: &[Vec<i64>],
+        device: &B::Device,
+    ) -> crate::error::Result<Tensor<B, 2, Int>> {
+        checked_ids(rows, self.vocab_size, device)
     }
 
     /// The cache of a fresh batch (every layer empty).
@@ -144,7 +165,8 @@ impl<B: Backend> HybridLm<B> {
 
     /// Next-token logits for every position, continuing from `cache` (a fresh sequence when
     /// `None`): the Mamba-2 layers run the chunked SSD from their state, attention attends to
-    /// the cached keys.
+    /// the cached keys. The ids are not read back to check them: build them with
+    /// [`input_ids`](Self::input_ids).
     ///
     /// # Shapes
     /// - ids: `[b, l]`; returns logits `[b, l, vocab]` and the new cache
