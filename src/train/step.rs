@@ -19,8 +19,8 @@ use crate::models::regressor::Mamba2Regressor;
 use crate::precision::upcast;
 use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
-/// The next-token logits of a language model, which [`train_lm`]'s loss and [`evaluate_lm`]
-/// score.
+/// The next-token logits of a language model, which [`train_lm`](super::train_lm)'s loss and
+/// [`evaluate_lm`](super::evaluate_lm) score.
 pub trait LanguageModel<B: SsdBackend> {
     /// Logits for every position of fresh sequences (packed documents where `documents` is
     /// given: no state crosses a document boundary).
