@@ -137,7 +137,12 @@ pub fn run<B: SsdAutodiffBackend>(
     devices: TrainDevices<B>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let d = defaults(args.task, args.preset);
+    let mut d = defaults(args.task, args.preset);
+    if args.model != "mamba2" && args.task == Task::Mqar {
+        // attention learns recall after a plateau of several epochs, which Mamba-2's 12 do not
+        // always outlast (docs/hybrids.md, Training)
+        d.epochs *= 2;
+    }
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);

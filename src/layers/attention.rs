@@ -175,6 +175,16 @@ impl<B: Backend> Attention<B> {
         self.d_model
     }
 
+    /// Checks the input's width.
+    fn check_input(&self, x: &Tensor<B, 3>) -> crate::error::Result<()> {
+        check_shape(
+            "x",
+            &x.dims(),
+            &[None, None, Some(self.d_model())],
+            "b, l, d_model",
+        )
+    }
+
     /// Runs the layer over `l` new tokens that follow the `cache`'s (a fresh sequence when
     /// `None`): token `i` attends to every cached token and to new tokens `0..=i`, at position
     /// `cache.len() + i`. Returns the output and the cache extended by the new tokens.
@@ -187,12 +197,7 @@ impl<B: Backend> Attention<B> {
         x: Tensor<B, 3>,
         cache: Option<KvCache<B>>,
     ) -> crate::error::Result<(Tensor<B, 3>, KvCache<B>)> {
-        check_shape(
-            "x",
-            &x.dims(),
-            &[None, None, Some(self.d_model())],
-            "b, l, d_model",
-        )?;
+        self.check_input(&x)?;
         let [b, _, _] = x.dims();
         let (kv, hd) = (self.n_kv_heads, self.head_dim);
         if let Some(c) = &cache {
@@ -224,12 +229,7 @@ impl<B: Backend> Attention<B> {
         x: Tensor<B, 3>,
         packed: &PackedTokens<B>,
     ) -> crate::error::Result<Tensor<B, 3>> {
-        check_shape(
-            "x",
-            &x.dims(),
-            &[None, None, Some(self.d_model())],
-            "b, l, d_model",
-        )?;
+        self.check_input(&x)?;
         let [b, l, _] = x.dims();
         packed.documents.check(b, l)?;
         // key `j` hidden from query `i` of another document, for each of the g query heads of
