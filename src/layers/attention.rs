@@ -232,16 +232,9 @@ impl<B: Backend> Attention<B> {
         self.check_input(&x)?;
         let [b, l, _] = x.dims();
         packed.documents.check(b, l)?;
-        // key `j` hidden from query `i` of another document, for each of the g query heads of
-        // a group stacked as rows (see `attend`)
-        let seq_idx = packed.documents.seq_idx();
-        let other = seq_idx
-            .clone()
-            .reshape([b, 1, l, 1])
-            .expand([b, 1, l, l])
-            .not_equal(seq_idx.reshape([b, 1, 1, l]).expand([b, 1, l, l]));
+        // the mask for each of the g query heads of a group stacked as rows (see `attend`)
         let g = self.n_heads / self.n_kv_heads;
-        let other = Tensor::cat(vec![other; g], 2);
+        let other = Tensor::cat(vec![packed.other_document.clone(); g], 2);
         let positions = Positions::Packed(&packed.positions);
         Ok(self.attend(x, None, positions, Some(other)).0)
     }
@@ -311,6 +304,9 @@ enum Positions<'a> {
 pub struct PackedTokens<B: Backend> {
     documents: Documents<B>,
     positions: Vec<usize>,
+    /// `true` where key `j` is of another document than query `i`, `[b, 1, l, l]`: built once
+    /// for every attention layer.
+    other_document: Tensor<B, 4, Bool>,
 }
 
 impl<B: Backend> PackedTokens<B> {
@@ -328,9 +324,16 @@ impl<B: Backend> PackedTokens<B> {
                 positions.push(t - start);
             }
         }
+        let seq_idx = documents.seq_idx();
+        let other_document = seq_idx
+            .clone()
+            .reshape([b, 1, l, 1])
+            .expand([b, 1, l, l])
+            .not_equal(seq_idx.reshape([b, 1, 1, l]).expand([b, 1, l, l]));
         Self {
             documents: documents.clone(),
             positions,
+            other_document,
         }
     }
 
