@@ -3,11 +3,9 @@
 //! build, without its weights.
 //!
 //! The fields were taken from copies of the published files (the models' own pages could not
-//! be read here): `granite-4.0-h-350m` from a test of a port that mirrors the checkpoint,
-//! `nemotron-h-8b` and `falcon-h1-0.5b` from NVIDIA Megatron-Bridge's conversion tests
-//! (`mamba_d_ssm` of Falcon-H1 0.5B is `mamba_n_heads · mamba_d_head`, the only width
-//! transformers accepts for it). Each one's parameter count equals the published one
-//! (`tests/hybrid.rs`).
+//! be read here), each checked by its parameter count, which equals the published one
+//! (`tests/hybrid.rs`); docs/hybrids.md (Presets) gives each one's sources and the fields that
+//! no copy showed.
 
 use std::path::{Path, PathBuf};
 
@@ -17,11 +15,41 @@ use crate::error::Mamba2Error;
 use crate::models::hybrid::HybridConfig;
 
 /// The presets: name, `config.json` fields, published parameter count.
-pub const HYBRID_PRESETS: [(&str, &str, u64); 3] = [
+pub const HYBRID_PRESETS: [(&str, &str, u64); 9] = [
     (
         "granite-4.0-h-350m",
         include_str!("presets/granite-4.0-h-350m.json"),
         340_332_224,
+    ),
+    (
+        "granite-4.0-h-1b",
+        include_str!("presets/granite-4.0-h-1b.json"),
+        1_461_538_368,
+    ),
+    (
+        "granite-4.0-h-micro",
+        include_str!("presets/granite-4.0-h-micro.json"),
+        3_191_396_096,
+    ),
+    (
+        "granite-4.0-h-tiny",
+        include_str!("presets/granite-4.0-h-tiny.json"),
+        6_939_037_248,
+    ),
+    (
+        "granite-4.0-h-small",
+        include_str!("presets/granite-4.0-h-small.json"),
+        32_207_337_984,
+    ),
+    (
+        "bamba-9b",
+        include_str!("presets/bamba-9b.json"),
+        9_780_235_392,
+    ),
+    (
+        "nemotron-h-4b",
+        include_str!("presets/nemotron-h-4b.json"),
+        4_489_223_040,
     ),
     (
         "nemotron-h-8b",
@@ -56,6 +84,14 @@ pub fn hybrid_preset(name: &str) -> Result<HybridConfig> {
 pub struct HybridSpec {
     /// The `config.json` text.
     pub config_json: String,
+    /// The range of the Mamba layers' initial step sizes `dt` (log-uniform), where a run sets
+    /// it (`None`: the mixer's default, 0.001 … 0.1). An init, so not in `config.json`.
+    #[serde(default)]
+    pub dt_init_range: Option<(f64, f64)>,
+    /// The range of the Mamba layers' initial decay rates `-A` (uniform), where a run sets it
+    /// (`None`: the mixer's default, 1 … 16). An init, so not in `config.json`.
+    #[serde(default)]
+    pub a_init_range: Option<(f64, f64)>,
 }
 
 impl HybridSpec {
@@ -66,9 +102,7 @@ impl HybridSpec {
             .iter()
             .find(|(n, _, _)| *n == name)
             .expect("hybrid_preset found it");
-        Ok(Self {
-            config_json: json.to_string(),
-        })
+        Ok(Self::new(json.to_string()))
     }
 
     /// The `config.json` at `path` (the file, or a folder holding it), checked.
@@ -80,14 +114,56 @@ impl HybridSpec {
         };
         let config_json =
             std::fs::read_to_string(&file).map_err(|e| Mamba2Error::file(&file, e))?;
-        let spec = Self { config_json };
+        let spec = Self::new(config_json);
         spec.config_at(&file)?;
         Ok(spec)
     }
 
-    /// The model's config.
+    /// The model of `config_json` (not checked until [`config`](Self::config)), the mixer's
+    /// default init.
+    pub fn new(config_json: impl Into<String>) -> Self {
+        Self {
+            config_json: config_json.into(),
+            dt_init_range: None,
+            a_init_range: None,
+        }
+    }
+
+    /// The same model with the Mamba layers' initial `dt` drawn log-uniformly from
+    /// `range` (`None`: the mixer's default).
+    pub fn with_dt_init_range(self, range: Option<(f64, f64)>) -> Self {
+        Self {
+            dt_init_range: range,
+            ..self
+        }
+    }
+
+    /// The same model with the Mamba layers' initial `-A` drawn uniformly from `range`
+    /// (`None`: the mixer's default).
+    pub fn with_a_init_range(self, range: Option<(f64, f64)>) -> Self {
+        Self {
+            a_init_range: range,
+            ..self
+        }
+    }
+
+    /// The model's config, as `config.json` describes it.
     pub fn config(&self) -> Result<HybridConfig> {
         self.config_at(Path::new("config.json"))
+    }
+
+    /// The config a run builds the model from: [`config`](Self::config) with the init ranges
+    /// set here, checked.
+    pub fn init_config(&self) -> Result<HybridConfig> {
+        let mut config = self.config()?;
+        if let Some((min, max)) = self.dt_init_range {
+            (config.mixer.dt_min, config.mixer.dt_max) = (min, max);
+        }
+        if let Some(range) = self.a_init_range {
+            config.mixer.a_init_range = range;
+        }
+        config.validate()?;
+        Ok(config)
     }
 
     fn config_at(&self, file: &Path) -> Result<HybridConfig> {
@@ -108,7 +184,10 @@ impl HybridSpec {
         fields.insert("vocab_size".into(), vocab_size.into());
         let config_json = serde_json::to_string_pretty(&value)
             .map_err(|e| Mamba2Error::file(file, e.to_string()))?;
-        let spec = Self { config_json };
+        let spec = Self {
+            config_json,
+            ..self
+        };
         spec.config()?;
         Ok(spec)
     }
