@@ -88,3 +88,44 @@ fn a_hybrid_run_lowers_the_loss_and_saves_a_transformers_folder() {
             .unwrap();
     assert_eq!(again.model, config.model);
 }
+
+/// A run's init ranges reach every Mamba layer (`softplus(dt_bias)` inside the `dt` range,
+/// `exp(A_log)` inside the `-A` range) and leave `config.json` as it was; a range the mixer
+/// refuses is an error naming it, before any model is built.
+#[test]
+fn a_spec_sets_the_mamba_layers_init() {
+    let dev = Default::default();
+    let spec = HybridSpec::from_file(crate::hybrid_files::root_fixture("granite_dense")).unwrap();
+    let set = spec
+        .clone()
+        .with_dt_init_range(Some((2e-4, 3e-4)))
+        .with_a_init_range(Some((5.0, 6.0)));
+    assert_eq!(set.config_json, spec.config_json);
+    let model: HybridLm<Inner> = set.init_model(&dev).unwrap();
+    let mut layers = 0;
+    for mamba in model.layers.iter().filter_map(|l| l.mamba.as_ref()) {
+        let dt = burn::tensor::activation::softplus(mamba.dt_bias.val(), 1.0);
+        for v in dt.into_data().to_vec::<f32>().unwrap() {
+            assert!((2e-4 * 0.999..=3e-4 * 1.001).contains(&v), "dt {v}");
+        }
+        for v in mamba.a_log.val().exp().into_data().to_vec::<f32>().unwrap() {
+            assert!((5.0 * 0.999..=6.0 * 1.001).contains(&v), "-A {v}");
+        }
+        layers += 1;
+    }
+    assert!(layers >= 2, "the case has Mamba layers");
+    let e = spec
+        .with_dt_init_range(Some((1e-3, 1e-4)))
+        .check()
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            mamba2_burn::Mamba2Error::InvalidConfig {
+                field: "dt_min",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

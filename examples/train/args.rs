@@ -88,9 +88,11 @@ pub struct Args {
     pub separator: Option<String>,
     /// LM tasks: the model: `mamba2` (the default, sized by the flags below); a hybrid family
     /// at the task's size (`granite`, `bamba`, `nemotron-h`, `falcon-h1`: the config.json files
-    /// in examples/train/hybrid); a published hybrid's shape (`granite-4.0-h-350m`,
-    /// `nemotron-h-8b`, `falcon-h1-0.5b`); or a hybrid's config.json. A hybrid takes the task's
-    /// vocabulary, the rest from its config.
+    /// in examples/train/hybrid); a published hybrid's shape (a preset: `granite-4.0-h-350m`,
+    /// `granite-4.0-h-1b`, `bamba-9b`, `nemotron-h-4b`, `falcon-h1-0.5b`, ...: `bench --mode
+    /// hybrid-params` lists them); or a hybrid's config.json. A hybrid takes the task's
+    /// vocabulary, the rest from its config; `--dt-range` and `--a-init-range` set its Mamba
+    /// layers' init.
     #[arg(long, default_value = "mamba2")]
     pub model: String,
     /// Width of the residual stream.
@@ -109,7 +111,7 @@ pub struct Args {
     #[arg(long)]
     pub chunk_size: Option<usize>,
     /// Range of the initial step sizes `dt` (log-uniform), as `MIN,MAX` (default 0.00001,0.001
-    /// for MQAR, 0.001,0.1 otherwise).
+    /// for Mamba-2 on MQAR, 0.001,0.1 otherwise).
     #[arg(long, value_delimiter = ',')]
     pub dt_range: Option<Vec<f64>>,
     /// Range of the initial decay rates `-A` (uniform), as `LO,HI` (default 1,16).
@@ -345,19 +347,15 @@ pub fn progress_mode(args: &Args) -> ProgressMode {
 
 /// The backbone of the flags, over the task's defaults.
 pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig, String> {
-    let pair = |flag: &str, values: &Option<Vec<f64>>| match values.as_deref() {
-        None => Ok(None),
-        Some(&[a, b]) => Ok(Some((a, b))),
-        Some(other) => Err(format!("{flag} takes two values, got {other:?}")),
-    };
     let mut mixer = Mamba2Config::new(args.d_model.unwrap_or(d.d_model))
         .with_d_state(args.d_state.unwrap_or(d.d_state))
         .with_headdim(args.headdim.unwrap_or(d.headdim))
         .with_chunk_size(args.chunk_size.unwrap_or(d.chunk_size));
-    if let Some((min, max)) = pair("--dt-range", &args.dt_range)?.or(d.dt_range) {
+    let (dt, a) = init_ranges(args, d.dt_range)?;
+    if let Some((min, max)) = dt {
         mixer = mixer.with_dt_min(min).with_dt_max(max);
     }
-    if let Some(range) = pair("--a-init-range", &args.a_init_range)? {
+    if let Some(range) = a {
         mixer = mixer.with_a_init_range(range);
     }
     Ok(Mamba2BackboneConfig::new(
@@ -380,9 +378,7 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
     let spec = match args.model.as_str() {
         "mamba2" => return Ok(None),
         name => match HYBRID_FAMILIES.iter().find(|(n, _)| *n == name) {
-            Some((_, json)) => HybridSpec {
-                config_json: json.to_string(),
-            },
+            Some((_, json)) => HybridSpec::new(*json),
             None if HYBRID_PRESETS.iter().any(|(n, _, _)| *n == name) => {
                 HybridSpec::preset(name).map_err(|e| e.to_string())?
             }
@@ -406,8 +402,6 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
         ("--d-state", args.d_state.is_some()),
         ("--headdim", args.headdim.is_some()),
         ("--chunk-size", args.chunk_size.is_some()),
-        ("--dt-range", args.dt_range.is_some()),
-        ("--a-init-range", args.a_init_range.is_some()),
     ];
     if let Some((flag, _)) = mamba2_flags.iter().find(|(_, set)| *set) {
         return Err(format!(
@@ -415,10 +409,32 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
             args.model
         ));
     }
-    spec.with_vocab_size(vocab)
+    // the task's `dt` default is Mamba-2's recipe for holding the recall in its state; a
+    // hybrid recalls with attention and keeps its mixer's init unless the flags say otherwise
+    let (dt, a) = init_ranges(args, None)?;
+    spec.with_dt_init_range(dt)
+        .with_a_init_range(a)
+        .with_vocab_size(vocab)
         .map(Some)
         .map_err(|e| e.to_string())
 }
+
+/// `--dt-range` (else `default_dt`) and `--a-init-range`: the Mamba layers' init, of Mamba-2
+/// and of a hybrid alike.
+fn init_ranges(args: &Args, default_dt: Option<(f64, f64)>) -> Result<InitRanges, String> {
+    let pair = |flag: &str, values: &Option<Vec<f64>>| match values.as_deref() {
+        None => Ok(None),
+        Some(&[a, b]) => Ok(Some((a, b))),
+        Some(other) => Err(format!("{flag} takes two values, got {other:?}")),
+    };
+    Ok((
+        pair("--dt-range", &args.dt_range)?.or(default_dt),
+        pair("--a-init-range", &args.a_init_range)?,
+    ))
+}
+
+/// The initial `dt` range and `-A` range, where set.
+type InitRanges = (Option<(f64, f64)>, Option<(f64, f64)>);
 
 /// `--epochs`, or enough epochs for `--steps` over `items` training items in batches of
 /// `batch_size` (a step takes one batch on every one of `--devices`), or the task's default.

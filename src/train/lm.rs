@@ -80,7 +80,7 @@ impl LmConfig for HybridSpec {
     type Model<B: Backend> = HybridLm<B>;
 
     fn check(&self) -> crate::error::Result<()> {
-        self.config()?.validate()
+        self.init_config().map(drop)
     }
 
     fn vocab(&self) -> crate::error::Result<usize> {
@@ -88,7 +88,7 @@ impl LmConfig for HybridSpec {
     }
 
     fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<HybridLm<B>> {
-        self.config()?.init(device)
+        self.init_config()?.init(device)
     }
 
     fn save_model<B: SsdBackend>(

@@ -39,11 +39,17 @@
 //! ```text
 //! cargo run --release --features cuda --example bench -- --device cuda --preset 130m --mode train,forward
 //! ```
+//!
+//! `--hybrid granite-4.0-h-350m` (another preset, or a `config.json`) runs train, forward and
+//! decode on that hybrid model instead (`hybrid.rs`; the PyTorch side is
+//! `scripts/torch_hybrid_bench.py`).
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+#[path = "../common/mod.rs"]
 mod common;
+mod hybrid;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
@@ -51,6 +57,7 @@ use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{BasicOps, Distribution, FloatDType, Int, Tensor, TensorData, TensorKind};
 use clap::Parser;
+use mamba2_burn::hybrid::HybridLm;
 use mamba2_burn::recurrent::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, SsdInput};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
@@ -102,6 +109,12 @@ struct Args {
     /// sequence 2,048 and batch 1 unless `--batch` says otherwise.
     #[arg(long)]
     preset: Option<String>,
+    /// A hybrid language model instead of Mamba-2: a preset (`granite-4.0-h-350m`,
+    /// `bamba-9b`, ...: `--mode hybrid-params` lists them) or a `config.json`; train (loss: the mean square of
+    /// the logits), forward (the prompt's logits and cache) and decode (after a `--seq-len`
+    /// prompt) run it with random weights on random ids of its vocabulary.
+    #[arg(long)]
+    hybrid: Option<String>,
     /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
     /// head; train's loss is the mean square of the logits) on random token ids; 0: the
     /// backbone alone on random inputs (the default without a preset).
@@ -383,12 +396,18 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
             "seq_len": args.seq_len, "batch": args.batch(), "vocab": args.vocab(),
         },
     });
+    if args.hybrid.is_some() {
+        // the Mamba-2 size flags do not apply: the hybrid's sizes are its config's
+        line["config"] =
+            json!({ "seq_len": args.seq_len, "batch": args.batch(), "vocab": args.vocab() });
+    }
     if let (Some(first), Some(last)) = (cold.kernels_first, cold.kernels_last) {
         merge(
             &mut line,
             json!({ "kernels_compiled": { "first_run": first, "last_run": last } }),
         );
     }
+    merge(&mut line, hybrid::describe(args));
     merge(&mut line, extra);
     println!("{line}");
 }
@@ -523,6 +542,11 @@ fn bench_train<B: SsdAutodiffBackend>(
     device: &B::Device,
     memory: &DeviceMemory,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
+    if let Some(config) = hybrid::config(args)? {
+        let loss = |m: &HybridLm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
+        let ids = random_ids(args, device);
+        return train_loop(args, device, memory, config.init(device)?, ids, loss);
+    }
     if args.vocab() > 0 {
         let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let loss = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
@@ -586,6 +610,11 @@ fn bench_forward<B: SsdBackend>(
     device: &B::Device,
     memory: &DeviceMemory,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
+    if let Some(config) = hybrid::config(args)? {
+        let out = |m: &HybridLm<B>, ids| m.forward(ids, None).map(|(y, _)| y);
+        let ids = random_ids(args, device);
+        return forward_loop(args, memory, config.init(device)?, ids, out);
+    }
     if args.vocab() > 0 {
         let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let out = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y);
@@ -671,13 +700,22 @@ fn bench_step<B: SsdBackend>(
 
 /// `--mode decode`: greedy decoding with the tensor `step` at `--batch`, each token's ids the
 /// argmax of the last logits (on the device; the ids read back once per run), after a 16-token
-/// chunked prefill: seconds per decoded token of the whole batch. The language model with a
-/// vocabulary, else the backbone on random inputs.
+/// chunked prefill (a hybrid: a `--seq-len` prompt): seconds per decoded token of the whole
+/// batch. The language model with a vocabulary, else the backbone on random inputs.
 fn bench_decode<B: SsdBackend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
     let (b, tokens) = (args.batch(), 32);
+    if let Some(config) = hybrid::config(args)? {
+        let model = config.init::<B>(device)?;
+        return decode_loop(
+            args,
+            random_ids(args, device),
+            |ids| model.forward(ids, None),
+            |ids, cache| model.step(ids, cache),
+        );
+    }
     if args.vocab() > 0 {
         let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
         let prompt = random_ids(
@@ -687,24 +725,12 @@ fn bench_decode<B: SsdBackend>(
             },
             device,
         );
-        let (logits, state) = model.forward(prompt, None)?;
-        let [_, l, v] = logits.dims();
-        let first = logits
-            .narrow(1, l - 1, 1)
-            .reshape([b, v])
-            .argmax(1)
-            .reshape([b]);
-        let mut carried = Some((first, state));
-        Ok(timed(args.iters, || {
-            let (mut ids, mut state) = carried.take().expect("carried");
-            for _ in 0..tokens {
-                let (logits, next) = model.step(ids, state).expect("checked shapes");
-                ids = logits.argmax(1).reshape([b]);
-                state = next;
-            }
-            let _ = ids.clone().into_data();
-            carried = Some((ids, state));
-        }) / tokens as f64)
+        decode_loop(
+            args,
+            prompt,
+            |ids| model.forward(ids, None),
+            |ids, state| model.step(ids, state),
+        )
     } else {
         let model: Mamba2Backbone<B> = config(args).init(device)?;
         let normal = Distribution::Normal(0.0, 1.0);
@@ -723,6 +749,36 @@ fn bench_decode<B: SsdBackend>(
             carried = Some(state);
         }) / tokens as f64)
     }
+}
+
+/// Greedy decoding of `--batch` rows after `prompt` (`forward` then `step` per token, each
+/// token's ids the argmax of the last logits on the device, the ids read back once per run):
+/// seconds per decoded token of the whole batch.
+fn decode_loop<B: SsdBackend, S>(
+    args: &Args,
+    prompt: Tensor<B, 2, Int>,
+    forward: impl Fn(Tensor<B, 2, Int>) -> mamba2_burn::Result<(Tensor<B, 3>, S)>,
+    step: impl Fn(Tensor<B, 1, Int>, S) -> mamba2_burn::Result<(Tensor<B, 2>, S)>,
+) -> mamba2_burn::Result<f64> {
+    let (b, tokens) = (args.batch(), 32);
+    let (logits, state) = forward(prompt)?;
+    let [_, l, v] = logits.dims();
+    let first = logits
+        .narrow(1, l - 1, 1)
+        .reshape([b, v])
+        .argmax(1)
+        .reshape([b]);
+    let mut carried = Some((first, state));
+    Ok(timed(args.iters, || {
+        let (mut ids, mut state) = carried.take().expect("carried");
+        for _ in 0..tokens {
+            let (logits, next) = step(ids, state).expect("checked shapes");
+            ids = logits.argmax(1).reshape([b]);
+            state = next;
+        }
+        let _ = ids.clone().into_data();
+        carried = Some((ids, state));
+    }) / tokens as f64)
 }
 
 /// One layer's SSD inputs at the bench's shape (`x`, `B`, `C` normal, `dt` in 0.001 … 0.1,
@@ -940,28 +996,10 @@ fn run_modes<B: SsdBackend>(
     Ok(())
 }
 
-/// One line per hybrid preset: its parameter count from its config, and the published one.
-fn hybrid_params() {
-    for (name, _, published) in mamba2_burn::checkpoint::HYBRID_PRESETS {
-        match mamba2_burn::checkpoint::hybrid_preset(name) {
-            Ok(config) => println!(
-                "{}",
-                json!({
-                    "mode": "hybrid-params",
-                    "preset": name,
-                    "params": config.num_params(),
-                    "published": published,
-                })
-            ),
-            Err(e) => eprintln!("error: preset {name}: {e}"),
-        }
-    }
-}
-
 fn main() {
     START.get_or_init(Instant::now);
     common::tune_allocator();
-    let args = match Args::parse().with_preset() {
+    let args = match Args::parse().with_preset().and_then(hybrid::with_vocab) {
         Ok(args) => args,
         Err(e) => {
             eprintln!("error: {e}");
@@ -987,7 +1025,7 @@ fn main() {
     }
     // the hybrid presets' parameter counts need no device either
     if args.mode.iter().any(|m| m == "hybrid-params") {
-        hybrid_params();
+        hybrid::params();
     }
     let args = Args {
         mode: args
