@@ -43,9 +43,13 @@ common = dict(config=a.config, params=sum(t.numel() for t in model.parameters())
               transformers=__import__("transformers").__version__, torch=torch.__version__)
 
 
-def median(ts):
-    ts = sorted(ts)
-    return ts[len(ts) // 2]
+def timed(run):
+    """Warm-up once, then the median seconds of --iters runs."""
+    run()
+    ts = []
+    for _ in range(a.iters):
+        t0 = time.perf_counter(); run(); ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
 
 
 def prefill():
@@ -63,11 +67,7 @@ modes = a.modes.split(",")
 if "forward" in modes:
     model.eval()
     with torch.no_grad():
-        prefill()
-        ts = []
-        for _ in range(a.iters):
-            t0 = time.perf_counter(); prefill(); ts.append(time.perf_counter() - t0)
-    med = median(ts)
+        med = timed(prefill)
     report("forward", tokens_per_s=a.batch * a.seq_len / med, median_s=med)
 if "decode" in modes:
     model.eval()
@@ -82,7 +82,7 @@ if "decode" in modes:
             cache = getattr(out, "cache", None) or cache
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             ts.append(time.perf_counter() - t0)
-    med = median(ts[1:])  # the first step warms up
+    med = sorted(ts[1:])[len(ts[1:]) // 2]  # the first step warms up
     report("decode", ms_per_token=med * 1e3, tokens_per_s=a.batch / med, median_s=med,
            prompt=a.seq_len, decode_tokens=a.decode_tokens)
 if "train" in modes:
@@ -94,9 +94,5 @@ if "train" in modes:
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
         opt.step()
 
-    step()
-    ts = []
-    for _ in range(a.iters):
-        t0 = time.perf_counter(); step(); ts.append(time.perf_counter() - t0)
-    med = median(ts)
+    med = timed(step)
     report("train", tokens_per_s=a.batch * a.seq_len / med, median_s=med)

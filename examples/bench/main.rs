@@ -1043,14 +1043,6 @@ fn main() {
         eprintln!("error: unknown --ssd {other:?} (fused, tensor-ops, measured)");
         std::process::exit(2);
     }
-    if let Some(other) = args
-        .scan_products
-        .iter()
-        .find(|s| products_mode(s).is_none())
-    {
-        eprintln!("error: unknown --scan-products {other:?} (tiled, transient, tensor-cores)");
-        std::process::exit(2);
-    }
     if let Err(e) = mixed_precision(&args) {
         eprintln!("error: {e}");
         std::process::exit(2);

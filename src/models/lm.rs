@@ -242,20 +242,7 @@ impl<B: Backend> Mamba2Lm<B> {
         B: SsdBackend,
     {
         let Some(head) = &self.lm_head else {
-            let [b, l, d] = h.dims();
-            let embedding = self.embedding.weight.val();
-            if b * l < d {
-                // Fewer rows than the embedding's width (a step, a short prompt): `E · hᵀ`,
-                // transposed back. `h · Eᵀ` would have burn-ndarray copy the transposed
-                // `[vocab, d_model]` matrix at every call (154 MB at 130m), where this copies
-                // `b·l` rows of logits.
-                let v = embedding.dims()[0];
-                return embedding
-                    .matmul(h.reshape([b * l, d]).transpose())
-                    .transpose()
-                    .reshape([b, l, v]);
-            }
-            return h.matmul(embedding.transpose().unsqueeze::<3>());
+            return tied_logits(h, self.embedding.weight.val());
         };
         head.forward(h)
     }
@@ -321,6 +308,31 @@ impl<B: Backend> Mamba2Lm<B> {
         let logits = self.head(h.unsqueeze_dim::<3>(1));
         Ok((logits.reshape([b, self.vocab_size]), state))
     }
+}
+
+/// The logits of a head tied to the embedding matrix `embedding` (`[vocab, d_model]`): `h · Eᵀ`.
+/// With fewer rows than the embedding's width (a decode step, a short prompt) it computes
+/// `E · hᵀ` and transposes it back: `h · Eᵀ` would have stock burn-ndarray copy the transposed
+/// `[vocab, d_model]` matrix at every call (154 MB at Mamba-2 130m, 308 MB at Granite 4.0-H
+/// 350m), where this copies `rows` rows of logits. Both are plain products for autodiff.
+///
+/// # Shapes
+/// - h: `[..., d_model]`; returns `[..., vocab]`
+pub(crate) fn tied_logits<B: Backend, const D: usize>(
+    h: Tensor<B, D>,
+    embedding: Tensor<B, 2>,
+) -> Tensor<B, D> {
+    let mut dims = h.dims();
+    let [v, d] = embedding.dims();
+    let rows = h.shape().num_elements() / d.max(1);
+    let h = h.reshape([rows, d]);
+    let logits = if rows < d {
+        embedding.matmul(h.transpose()).transpose()
+    } else {
+        h.matmul(embedding.transpose())
+    };
+    dims[D - 1] = v;
+    logits.reshape(dims)
 }
 
 /// Checks that every id of `ids` is in `[0, vocab)` or equals `allowed` (an ignore index), with

@@ -9,7 +9,7 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::layers::attention::PackedTokens;
 use crate::layers::documents::Documents;
 use crate::layers::norm::RmsNorm;
-use crate::models::lm::{check_in_vocab, checked_ids};
+use crate::models::lm::{check_in_vocab, checked_ids, tied_logits};
 use crate::precision::upcast;
 use crate::ssd::SsdBackend;
 
@@ -120,7 +120,7 @@ impl<B: Backend> HybridLm<B> {
     fn head<const D: usize>(&self, h: Tensor<B, D>) -> Tensor<B, D> {
         let logits = match &self.lm_head {
             Some(head) => head.forward(h),
-            None => h.matmul(self.embedding.weight.val().transpose().unsqueeze::<D>()),
+            None => tied_logits(h, self.embedding.weight.val()),
         };
         // Granite divides, Falcon-H1 multiplies: each as its family does, for the same rounding
         let logits = if self.logits_scaling == 1.0 {
