@@ -17,6 +17,7 @@ mod checkpoints;
 mod cold_start;
 mod errors;
 mod export;
+mod fine_tune;
 #[cfg(feature = "timeseries")]
 mod forecaster;
 mod generate;

@@ -1,7 +1,7 @@
 //! The language models' training run and held-out scores, for any model a [`LmConfig`] builds:
 //! [`Mamba2Lm`] from a [`Mamba2LmConfig`], [`HybridLm`] from a [`HybridSpec`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::data::dataset::Dataset;
@@ -17,7 +17,7 @@ use super::devices::TrainDevices;
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
 use super::step::{LanguageModel, SupervisedModel};
-use crate::checkpoint::{save_hybrid, save_lm, HybridSpec};
+use crate::checkpoint::{load_hybrid, load_lm, read_config, save_hybrid, save_lm, HybridSpec};
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
 use crate::models::hybrid::HybridLm;
@@ -44,6 +44,18 @@ pub trait LmConfig:
     fn init_model<B: SsdBackend>(&self, device: &B::Device)
         -> crate::error::Result<Self::Model<B>>;
 
+    /// The config of the model in the checkpoint folder `dir` (from its `config.json`).
+    fn from_folder(dir: &Path) -> crate::error::Result<Self>;
+
+    /// The model of the checkpoint folder `dir` on `device`, its weights as saved; an
+    /// [`InvalidConfig`](Mamba2Error::InvalidConfig) error naming `init_from` if the folder
+    /// holds another model than this config's.
+    fn load_model<B: SsdBackend>(
+        &self,
+        dir: &Path,
+        device: &B::Device,
+    ) -> crate::error::Result<Self::Model<B>>;
+
     /// Writes `model` to the folder `dir`.
     fn save_model<B: SsdBackend>(
         &self,
@@ -65,6 +77,19 @@ impl LmConfig for Mamba2LmConfig {
 
     fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Lm<B>> {
         self.init(device)
+    }
+
+    fn from_folder(dir: &Path) -> crate::error::Result<Self> {
+        read_config(dir).map(|(config, _)| config)
+    }
+
+    fn load_model<B: SsdBackend>(
+        &self,
+        dir: &Path,
+        device: &B::Device,
+    ) -> crate::error::Result<Mamba2Lm<B>> {
+        check_same_model(&Self::from_folder(dir)?, self, dir)?;
+        load_lm(dir, device)
     }
 
     fn save_model<B: SsdBackend>(
@@ -91,6 +116,20 @@ impl LmConfig for HybridSpec {
         self.init_config()?.init(device)
     }
 
+    fn from_folder(dir: &Path) -> crate::error::Result<Self> {
+        HybridSpec::from_file(dir)
+    }
+
+    fn load_model<B: SsdBackend>(
+        &self,
+        dir: &Path,
+        device: &B::Device,
+    ) -> crate::error::Result<HybridLm<B>> {
+        // the models compared, not the texts (key order, spacing, fields that change nothing)
+        check_same_model(&Self::from_folder(dir)?.config()?, &self.config()?, dir)?;
+        load_hybrid(dir, device)
+    }
+
     fn save_model<B: SsdBackend>(
         &self,
         model: &HybridLm<B>,
@@ -100,9 +139,42 @@ impl LmConfig for HybridSpec {
     }
 }
 
+/// An [`InvalidConfig`](Mamba2Error::InvalidConfig) error naming `init_from` unless the model of
+/// the folder `dir`, `found`, is the run's, `expected` (compared as their serialized fields).
+fn check_same_model<C: serde::Serialize>(
+    found: &C,
+    expected: &C,
+    dir: &Path,
+) -> crate::error::Result<()> {
+    let fields = |c: &C| serde_json::to_value(c).expect("configs serialize");
+    let (found, expected) = (fields(found), fields(expected));
+    if found == expected {
+        return Ok(());
+    }
+    let differ: Vec<String> = match (found.as_object(), expected.as_object()) {
+        (Some(f), Some(e)) => e
+            .keys()
+            .chain(f.keys())
+            .filter(|k| f.get(*k) != e.get(*k))
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
+    };
+    Err(Mamba2Error::config(
+        "init_from",
+        format!(
+            "{} holds another model than the run's (fields that differ: {})",
+            dir.display(),
+            differ.join(", ")
+        ),
+    ))
+}
+
 /// Configuration of a language-model training run (saved as `config.json` in its artifacts):
-/// the model's config, the run's settings, the unscored target. [`LmTrainingConfig`] trains a
-/// [`Mamba2Lm`], [`HybridTrainingConfig`] a [`HybridLm`].
+/// the model's config, where its weights start, the run's settings, the unscored target.
+/// [`LmTrainingConfig`] trains a [`Mamba2Lm`], [`HybridTrainingConfig`] a [`HybridLm`].
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(bound = "M: LmConfig")]
 pub struct LanguageModelTraining<M> {
@@ -113,6 +185,11 @@ pub struct LanguageModelTraining<M> {
     pub run: RunConfig,
     /// Target id of unscored positions (`None`: all positions are scored). Default: None.
     pub ignore_index: Option<usize>,
+    /// The checkpoint folder whose weights start the run (a published model, a run's `model/`):
+    /// fine-tuning. It must hold `model`'s model ([`LmConfig::load_model`]). `None`: fresh
+    /// weights ([`LmConfig::init_model`]). Default: None.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 /// The peak learning rate of a language-model run unless set.
@@ -131,7 +208,21 @@ impl<M: LmConfig> LanguageModelTraining<M> {
             model,
             run: RunConfig::new(DEFAULT_LR),
             ignore_index: None,
+            init_from: None,
         }
+    }
+
+    /// A run that fine-tunes the model of the checkpoint folder `dir`: its config read from
+    /// the folder, its weights the folder's ([`init_from`](Self::init_from)).
+    pub fn from_checkpoint(dir: impl AsRef<Path>) -> crate::error::Result<Self> {
+        let dir = dir.as_ref();
+        Ok(Self::new(M::from_folder(dir)?).with_init_from(Some(dir.to_path_buf())))
+    }
+
+    /// With the run's weights starting from this checkpoint folder (`None`: fresh weights).
+    pub fn with_init_from(mut self, dir: Option<PathBuf>) -> Self {
+        self.init_from = dir;
+        self
     }
 
     /// With these run settings.
@@ -150,8 +241,9 @@ impl<M: LmConfig> LanguageModelTraining<M> {
 training_config_io!([M: LmConfig] LanguageModelTraining<M>);
 
 /// Trains the language model of `config.model` (a [`Mamba2Lm`] from a [`Mamba2LmConfig`], a
-/// [`HybridLm`] from a [`HybridSpec`]) on `train`, validating on `valid` after every epoch,
-/// and leaves in `artifacts`: `config.json` (this config), `checkpoint/` (model, optimizer and
+/// [`HybridLm`] from a [`HybridSpec`]), from fresh weights or from those of the checkpoint
+/// folder `config.init_from` (fine-tuning), on `train`, validating on `valid` after every epoch,
+/// and leaves in `artifacts`: `config.json` (this config, `init_from` included), `checkpoint/` (model, optimizer and
 /// scheduler after each epoch, written atomically), `model/` (the final model: loadable with
 /// [`load_lm`](crate::load_lm), or for a hybrid transformers' folder of its family, loadable
 /// with [`load_hybrid`](crate::load_hybrid) and by transformers), `metrics.csv` (each metric's
@@ -219,7 +311,10 @@ where
         resume,
         progress,
     };
-    let init = |device: &B::Device| config.model.init_model::<B>(device);
+    let init = |device: &B::Device| match &config.init_from {
+        Some(dir) => config.model.load_model::<B>(dir, device),
+        None => config.model.init_model::<B>(device),
+    };
     let model = launch(&run, config, init, data, devices.into(), |training, _| {
         training
             .metric_train_numeric(LossMetric::new())

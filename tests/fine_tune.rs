@@ -1,0 +1,167 @@
+//! Training that starts from a checkpoint folder (`init_from`): the run's model is the
+//! folder's, weights included, for Mamba-2 and the hybrids; the run's `config.json` records the
+//! folder; a folder of another model is an error naming `init_from`.
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Int, Tensor};
+use mamba2_burn::checkpoint::{load_hybrid, HybridSpec};
+use mamba2_burn::hybrid::HybridLm;
+use mamba2_burn::train::{
+    train_lm, HybridTrainingConfig, LanguageModelTraining, LmConfig, LmTrainingConfig,
+    ProgressMode, RunConfig,
+};
+use mamba2_burn::{load_lm, save_lm, Mamba2Error, Mamba2Lm};
+
+use crate::common;
+
+type B = Autodiff<NdArray<f32>>;
+type Inner = NdArray<f32>;
+
+/// A run of `epochs` at learning rate 0 on the copy task: AdamW then leaves every weight as it
+/// started, so the model the run returns is the one it started from.
+fn still<M: LmConfig>(config: LanguageModelTraining<M>) -> LanguageModelTraining<M> {
+    config.with_run(
+        RunConfig::new(0.0)
+            .with_batch_size(16)
+            .with_epochs(1)
+            .with_seed(7),
+    )
+}
+
+fn ids() -> Tensor<Inner, 2, Int> {
+    let rows: Vec<i64> = (0..24).map(|t| (t * 7 + 3) % 10).collect();
+    Tensor::from_data(
+        burn::tensor::TensorData::new(rows, [2, 12]),
+        &Default::default(),
+    )
+}
+
+fn run<M: LmConfig>(
+    config: &LanguageModelTraining<M>,
+    dir: &Path,
+) -> mamba2_burn::Result<M::Model<Inner>>
+where
+    M::Model<B>: mamba2_burn::train::SupervisedModel<
+            B,
+            Batch = mamba2_burn::train::LmBatch<B>,
+            Output = burn::train::SequenceOutput<B>,
+        > + burn::module::AutodiffModule<B, InnerModule = M::Model<Inner>>,
+    M::Model<Inner>: mamba2_burn::train::SupervisedModel<
+        Inner,
+        Batch = mamba2_burn::train::LmBatch<Inner>,
+        Output = burn::train::SequenceOutput<Inner>,
+    >,
+{
+    train_lm::<B, _, _, _>(
+        config,
+        common::copy_data(1, 32),
+        common::copy_data(2, 16),
+        dir,
+        false,
+        ProgressMode::Plain,
+        &Default::default(),
+    )
+}
+
+#[test]
+fn a_mamba2_run_starts_from_the_folders_weights() {
+    let dev = Default::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("pretrained");
+    let base = common::copy_lm_config(1, 1e-2).model;
+    let pretrained: Mamba2Lm<Inner> = {
+        let _rng = common::seeded(11);
+        base.init(&dev).unwrap()
+    };
+    save_lm(&pretrained, &base, &folder).unwrap();
+
+    let config = still(LmTrainingConfig::from_checkpoint(&folder).unwrap());
+    assert_eq!(config.init_from.as_deref(), Some(folder.as_path()));
+    let artifacts = tmp.path().join("run");
+    let tuned = run(&config, &artifacts).unwrap();
+    let expected = load_lm::<Inner>(&folder, &dev)
+        .unwrap()
+        .forward(ids(), None)
+        .unwrap()
+        .0;
+    let actual = tuned.forward(ids(), None).unwrap().0;
+    assert_eq!(actual.into_data(), expected.into_data());
+    // a fresh model (the same config without `init_from`) is another model: the check can fail
+    let fresh = run(
+        &config.clone().with_init_from(None),
+        &tmp.path().join("fresh"),
+    )
+    .unwrap();
+    let other = fresh.forward(ids(), None).unwrap().0;
+    assert_ne!(
+        other.into_data(),
+        load_lm::<Inner>(&folder, &dev)
+            .unwrap()
+            .forward(ids(), None)
+            .unwrap()
+            .0
+            .into_data()
+    );
+    // the run's config.json says where its weights came from
+    let saved =
+        <LmTrainingConfig as burn::config::Config>::load(artifacts.join("config.json")).unwrap();
+    assert_eq!(saved.init_from, config.init_from);
+
+    // a run of another model than the folder's
+    let mut wider = config.clone();
+    wider.model.backbone.mixer.d_state = 32;
+    let e = run(&wider, &tmp.path().join("wider")).unwrap_err();
+    assert!(
+        matches!(&e, Mamba2Error::InvalidConfig { field: "init_from", reason } if reason.contains("backbone")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_hybrid_run_starts_from_the_folders_weights() {
+    let dev = Default::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = crate::hybrid_files::root_fixture("granite_dense");
+    let config = still(HybridTrainingConfig::from_checkpoint(&folder).unwrap());
+    let tuned: HybridLm<Inner> = run(&config, tmp.path()).unwrap();
+    let loaded: HybridLm<Inner> = load_hybrid(&folder, &dev).unwrap();
+    let expected = loaded.forward(ids(), None).unwrap().0.into_data();
+    assert_eq!(
+        tuned.forward(ids(), None).unwrap().0.into_data(),
+        expected.clone()
+    );
+    // the run's model/ is the family's folder again, with the same weights
+    let saved: HybridLm<Inner> = load_hybrid(tmp.path().join("model"), &dev).unwrap();
+    assert_eq!(
+        saved.forward(ids(), None).unwrap().0.into_data(),
+        expected.clone()
+    );
+
+    // a spec of another model (the vocabulary changed) is refused, naming the field
+    let other = config
+        .clone()
+        .model
+        .with_vocab_size(
+            HybridSpec::from_file(&folder)
+                .unwrap()
+                .config()
+                .unwrap()
+                .vocab_size
+                + 1,
+        )
+        .unwrap();
+    let e = run(
+        &LanguageModelTraining {
+            model: other,
+            ..config
+        },
+        &tmp.path().join("other"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Mamba2Error::InvalidConfig { field: "init_from", reason } if reason.contains("vocab_size")),
+        "{e}"
+    );
+}
