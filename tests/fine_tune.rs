@@ -165,3 +165,100 @@ fn a_hybrid_run_starts_from_the_folders_weights() {
         "{e}"
     );
 }
+
+/// A folder of text files tokenized with a checkpoint's tokenizer: every document's tokens and
+/// the end-of-text token, in order, cut into windows that record the documents; the errors
+/// name the file or the setting at fault.
+#[cfg(feature = "tokenizer")]
+#[test]
+fn a_text_folder_becomes_packed_token_windows() {
+    use mamba2_burn::data::text::TextCorpus;
+    use mamba2_burn::data::tokens::TokenizedText;
+    use mamba2_burn::tokenizer::Tokenizer;
+
+    let tokenizer =
+        Tokenizer::from_file(crate::reference::fixture_root().join("tiny/tokenizer.json")).unwrap();
+    let eos = tokenizer.token_id("<eos>").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = [
+        "the cat sat on the mat",
+        "a dog ran",
+        "birds sing at dawn and dusk",
+    ];
+    std::fs::write(
+        tmp.path().join("a.txt"),
+        format!("{}\n\n{}", docs[0], docs[1]),
+    )
+    .unwrap();
+    std::fs::write(tmp.path().join("b.txt"), docs[2].repeat(12)).unwrap();
+    let text = TokenizedText {
+        path: tmp.path(),
+        tokenizer: &tokenizer,
+        vocab: 64,
+        seq_len: 4,
+        separator: Some("\n\n"),
+        end_of_text: Some(eos),
+    };
+    let corpus = TextCorpus::tokenized(&text).unwrap();
+    let mut expected = Vec::new();
+    let mut starts = Vec::new();
+    for doc in [docs[0].to_string(), docs[1].to_string(), docs[2].repeat(12)] {
+        if !expected.is_empty() {
+            starts.push(expected.len());
+        }
+        expected.extend(tokenizer.encode(&doc).unwrap());
+        expected.push(eos);
+    }
+    // the windows' inputs are the token stream, each window's documents where they start
+    let train = &corpus.train;
+    let inputs: Vec<i64> = train.iter().flat_map(|w| w.input.clone()).collect();
+    assert_eq!(inputs, expected[..inputs.len()]);
+    assert_eq!(train[0].target[..3], expected[1..4]);
+    for (k, w) in train.iter().enumerate() {
+        let begin = k * 4;
+        let inside: Vec<usize> = starts
+            .iter()
+            .filter(|&&s| s > begin && s < begin + 4)
+            .map(|s| s - begin)
+            .collect();
+        let mut at = 0;
+        let cuts: Vec<usize> = w
+            .documents
+            .iter()
+            .map(|len| {
+                at += len;
+                at
+            })
+            .collect();
+        assert_eq!(cuts[..cuts.len() - 1], inside[..], "window {k}");
+        assert_eq!(w.documents.iter().sum::<usize>(), 4);
+    }
+    assert!(!corpus.valid.is_empty() && !corpus.test.is_empty());
+
+    // errors
+    let small = TokenizedText {
+        vocab: 10,
+        ..text.clone()
+    };
+    let e = TextCorpus::tokenized(&small).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Mamba2Error::InvalidConfig {
+                field: "tokenizer",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    std::fs::write(tmp.path().join("c.txt"), "  \n").unwrap();
+    let e = TextCorpus::tokenized(&text).unwrap_err();
+    assert!(e.to_string().contains("c.txt"), "{e}");
+    std::fs::remove_file(tmp.path().join("c.txt")).unwrap();
+    let long = TokenizedText {
+        seq_len: 4096,
+        ..text.clone()
+    };
+    let e = TextCorpus::tokenized(&long).unwrap_err();
+    assert!(e.to_string().contains("too short"), "{e}");
+}

@@ -1,5 +1,6 @@
-//! Datasets for training: the synthetic tasks (MQAR, selective copying), byte-level text, time
-//! series (CSV) and market data (DBN), as items; [`crate::train`] batches them.
+//! Datasets for training: the synthetic tasks (MQAR, selective copying), text (bytes, or the
+//! tokens of a checkpoint's tokenizer), time series (CSV) and market data (DBN), as items;
+//! [`crate::train`] batches them.
 
 pub mod copy;
 pub mod loader;
@@ -9,6 +10,9 @@ pub mod market;
 pub mod mqar;
 pub mod text;
 pub mod timeseries;
+#[cfg(feature = "tokenizer")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokenizer")))]
+pub mod tokens;
 
 use burn::data::dataset::Dataset;
 

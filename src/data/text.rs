@@ -13,9 +13,11 @@ use crate::error::Mamba2Error;
 
 use super::SequenceItem;
 
-/// A text file as training, validation and test windows of byte tokens.
+/// A text as training, validation and test windows of tokens: its bytes
+/// ([`from_file`](Self::from_file), [`packed`](Self::packed)), or its tokens under a
+/// checkpoint's tokenizer (`tokenized`, with the `tokenizer` feature).
 #[derive(Clone, Debug)]
-pub struct ByteCorpus {
+pub struct TextCorpus {
     /// Training windows (the first 80% of the file).
     pub train: Vec<SequenceItem>,
     /// Validation windows (the next 10%).
@@ -24,13 +26,16 @@ pub struct ByteCorpus {
     pub test: Vec<SequenceItem>,
 }
 
+/// The byte-level corpus: a [`TextCorpus`] of bytes (the name it had before token corpora).
+pub type ByteCorpus = TextCorpus;
+
 /// Vocabulary of byte-level models.
 pub const BYTE_VOCAB: usize = 256;
 
 /// The document separator of [`ByteCorpus::packed`] by default: a blank line.
 pub const PARAGRAPH_SEPARATOR: &[u8] = b"\n\n";
 
-impl ByteCorpus {
+impl TextCorpus {
     /// Reads `path` and cuts it into windows of `seq_len` inputs (and the next byte of each
     /// as targets): the first 80% of the file for training, the next 10% for validation, the
     /// last 10% for testing.
@@ -83,55 +88,71 @@ impl ByteCorpus {
         seq_len: usize,
         separator: Option<&[u8]>,
     ) -> crate::error::Result<Self> {
-        if seq_len == 0 {
-            return Err(Mamba2Error::config("seq_len", "must be at least 1"));
-        }
         // document starts: after every separator
-        let starts: Vec<usize> = match separator {
-            Some(sep) => bytes
+        let starts: Option<Vec<usize>> = separator.map(|sep| {
+            bytes
                 .windows(sep.len())
                 .enumerate()
                 .filter(|(_, w)| *w == sep)
                 .map(|(i, _)| i + sep.len())
                 .filter(|&s| s < bytes.len())
-                .collect(),
-            None => Vec::new(),
-        };
+                .collect()
+        });
+        let tokens: Vec<i64> = bytes.iter().map(|&b| i64::from(b)).collect();
+        Self::cut(&tokens, starts.as_deref(), seq_len).map_err(|e| match e {
+            Mamba2Error::InvalidInput { reason, .. } => Mamba2Error::InvalidInput {
+                name: "bytes",
+                reason: reason.replace("tokens", "bytes"),
+            },
+            e => e,
+        })
+    }
+
+    /// Cuts `tokens` into windows of `seq_len` inputs (and the next token of each as
+    /// targets), the first 80% for training, the next 10% for validation, the last 10% for
+    /// testing. With document `starts` (sorted positions where a document begins), each window
+    /// records the documents it holds and each part starts at the first document from its
+    /// share of the tokens on.
+    pub(super) fn cut(
+        tokens: &[i64],
+        starts: Option<&[usize]>,
+        seq_len: usize,
+    ) -> crate::error::Result<Self> {
+        if seq_len == 0 {
+            return Err(Mamba2Error::config("seq_len", "must be at least 1"));
+        }
         // a part starts at the first document start from its share of the text on
         let split = |tenths: usize| {
-            let at = bytes.len() * tenths / 10;
-            match separator {
-                Some(_) => starts.iter().copied().find(|&s| s >= at).unwrap_or(at),
+            let at = tokens.len() * tenths / 10;
+            match starts {
+                Some(starts) => starts.iter().copied().find(|&s| s >= at).unwrap_or(at),
                 None => at,
             }
         };
         let (valid_from, test_from) = (split(8), split(9));
-        let windows = |offset: usize, part: &[u8]| -> Vec<SequenceItem> {
+        let windows = |offset: usize, part: &[i64]| -> Vec<SequenceItem> {
             part.windows(seq_len + 1)
                 .step_by(seq_len)
                 .enumerate()
                 .map(|(k, w)| {
                     let begin = offset + k * seq_len;
-                    let mut item = SequenceItem::new(
-                        w[..seq_len].iter().map(|&b| b as i64).collect(),
-                        w[1..].iter().map(|&b| b as i64).collect(),
-                    );
-                    if separator.is_some() {
-                        item.documents = document_lengths(&starts, begin, seq_len);
+                    let mut item = SequenceItem::new(w[..seq_len].to_vec(), w[1..].to_vec());
+                    if let Some(starts) = starts {
+                        item.documents = document_lengths(starts, begin, seq_len);
                     }
                     item
                 })
                 .collect()
         };
-        let train = windows(0, &bytes[..valid_from]);
-        let valid = windows(valid_from, &bytes[valid_from..test_from]);
-        let test = windows(test_from, &bytes[test_from..]);
+        let train = windows(0, &tokens[..valid_from]);
+        let valid = windows(valid_from, &tokens[valid_from..test_from]);
+        let test = windows(test_from, &tokens[test_from..]);
         if train.is_empty() || valid.is_empty() || test.is_empty() {
             return Err(Mamba2Error::InvalidInput {
-                name: "bytes",
+                name: "tokens",
                 reason: format!(
-                    "{} bytes is too short for windows of {} in each part (need at least {})",
-                    bytes.len(),
+                    "{} tokens is too short for windows of {} in each part (need at least {})",
+                    tokens.len(),
                     seq_len + 1,
                     10 * (seq_len + 1)
                 ),
