@@ -364,21 +364,32 @@ pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig
     ))
 }
 
-/// The task-sized configs of the hybrid families (`--model granite` etc.).
-const HYBRID_FAMILIES: [(&str, &str); 4] = [
-    ("granite", include_str!("hybrid/granite.json")),
-    ("bamba", include_str!("hybrid/bamba.json")),
-    ("nemotron-h", include_str!("hybrid/nemotron-h.json")),
-    ("falcon-h1", include_str!("hybrid/falcon-h1.json")),
+/// The task-sized configs of the hybrid families (`--model granite` etc.), each with the MQAR
+/// epochs it was measured to reach 99% in (docs/hybrids.md, Training).
+const HYBRID_FAMILIES: [(&str, &str, usize); 4] = [
+    ("granite", include_str!("hybrid/granite.json"), 24),
+    ("bamba", include_str!("hybrid/bamba.json"), 12),
+    ("nemotron-h", include_str!("hybrid/nemotron-h.json"), 24),
+    ("falcon-h1", include_str!("hybrid/falcon-h1.json"), 24),
 ];
+
+/// MQAR's epochs for `--model`: Mamba-2's `mamba2` default, a family's own, twice Mamba-2's for
+/// any other hybrid (attention learns recall after a plateau of several epochs).
+pub fn mqar_epochs(model: &str, mamba2: usize) -> usize {
+    match HYBRID_FAMILIES.iter().find(|(n, _, _)| *n == model) {
+        _ if model == "mamba2" => mamba2,
+        Some((_, _, epochs)) => *epochs,
+        None => 2 * mamba2,
+    }
+}
 
 /// The hybrid model of `--model` with a vocabulary of `vocab` tokens, or `None` for Mamba-2. The
 /// Mamba-2 size flags are an error with a hybrid, whose sizes are in its config.
 pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, String> {
     let spec = match args.model.as_str() {
         "mamba2" => return Ok(None),
-        name => match HYBRID_FAMILIES.iter().find(|(n, _)| *n == name) {
-            Some((_, json)) => HybridSpec::new(*json),
+        name => match HYBRID_FAMILIES.iter().find(|(n, _, _)| *n == name) {
+            Some((_, json, _)) => HybridSpec::new(*json),
             None if HYBRID_PRESETS.iter().any(|(n, _, _)| *n == name) => {
                 HybridSpec::preset(name).map_err(|e| e.to_string())?
             }
@@ -386,7 +397,7 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
                 HybridSpec::from_file(name).map_err(|e| e.to_string())?
             }
             None => {
-                let families: Vec<&str> = HYBRID_FAMILIES.iter().map(|(n, _)| *n).collect();
+                let families: Vec<&str> = HYBRID_FAMILIES.iter().map(|(n, _, _)| *n).collect();
                 let presets: Vec<&str> = HYBRID_PRESETS.iter().map(|(n, _, _)| *n).collect();
                 return Err(format!(
                     "--model {name:?}: not mamba2, a family ({}), a preset ({}) or a config.json",

@@ -17,8 +17,8 @@ use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
 
 use crate::args::{
-    artifacts_dir, backbone_config, defaults, epochs_for, hybrid_spec, optimizer, progress_mode,
-    step_threads, unescape, Args, Defaults, Preset, Task,
+    artifacts_dir, backbone_config, defaults, epochs_for, hybrid_spec, mqar_epochs, optimizer,
+    progress_mode, step_threads, unescape, Args, Defaults, Preset, Task,
 };
 
 type Data = Box<dyn Dataset<SequenceItem>>;
@@ -138,10 +138,10 @@ pub fn run<B: SsdAutodiffBackend>(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut d = defaults(args.task, args.preset);
-    if args.model != "mamba2" && args.task == Task::Mqar {
+    if args.task == Task::Mqar {
         // attention learns recall after a plateau of several epochs, which Mamba-2's 12 do not
         // always outlast (docs/hybrids.md, Training)
-        d.epochs *= 2;
+        d.epochs = mqar_epochs(&args.model, d.epochs);
     }
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
