@@ -376,11 +376,13 @@ const HYBRID_FAMILIES: [(&str, &str, usize); 4] = [
 /// MQAR's epochs for `--model`: Mamba-2's `mamba2` default, a family's own, twice Mamba-2's for
 /// any other hybrid (attention learns recall after a plateau of several epochs).
 pub fn mqar_epochs(model: &str, mamba2: usize) -> usize {
-    match HYBRID_FAMILIES.iter().find(|(n, _, _)| *n == model) {
-        _ if model == "mamba2" => mamba2,
-        Some((_, _, epochs)) => *epochs,
-        None => 2 * mamba2,
+    if model == "mamba2" {
+        return mamba2;
     }
+    HYBRID_FAMILIES
+        .iter()
+        .find(|(n, _, _)| *n == model)
+        .map_or(2 * mamba2, |(_, _, epochs)| *epochs)
 }
 
 /// The hybrid model of `--model` with a vocabulary of `vocab` tokens, or `None` for Mamba-2. The

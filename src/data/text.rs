@@ -98,8 +98,7 @@ impl TextCorpus {
                 .filter(|&s| s < bytes.len())
                 .collect()
         });
-        let tokens: Vec<i64> = bytes.iter().map(|&b| i64::from(b)).collect();
-        Self::cut(&tokens, starts.as_deref(), seq_len).map_err(|e| match e {
+        Self::cut(bytes, starts.as_deref(), seq_len).map_err(|e| match e {
             Mamba2Error::InvalidInput { reason, .. } => Mamba2Error::InvalidInput {
                 name: "bytes",
                 reason: reason.replace("tokens", "bytes"),
@@ -108,13 +107,13 @@ impl TextCorpus {
         })
     }
 
-    /// Cuts `tokens` into windows of `seq_len` inputs (and the next token of each as
-    /// targets), the first 80% for training, the next 10% for validation, the last 10% for
-    /// testing. With document `starts` (sorted positions where a document begins), each window
-    /// records the documents it holds and each part starts at the first document from its
-    /// share of the tokens on.
-    pub(super) fn cut(
-        tokens: &[i64],
+    /// Cuts `tokens` (bytes or token ids, read as ids a window at a time) into windows of
+    /// `seq_len` inputs (and the next token of each as targets), the first 80% for training,
+    /// the next 10% for validation, the last 10% for testing. With document `starts` (sorted
+    /// positions where a document begins), each window records the documents it holds and each
+    /// part starts at the first document from its share of the tokens on.
+    pub(super) fn cut<T: Copy + Into<i64>>(
+        tokens: &[T],
         starts: Option<&[usize]>,
         seq_len: usize,
     ) -> crate::error::Result<Self> {
@@ -130,13 +129,14 @@ impl TextCorpus {
             }
         };
         let (valid_from, test_from) = (split(8), split(9));
-        let windows = |offset: usize, part: &[i64]| -> Vec<SequenceItem> {
+        let ids = |w: &[T]| w.iter().map(|&t| t.into()).collect();
+        let windows = |offset: usize, part: &[T]| -> Vec<SequenceItem> {
             part.windows(seq_len + 1)
                 .step_by(seq_len)
                 .enumerate()
                 .map(|(k, w)| {
                     let begin = offset + k * seq_len;
-                    let mut item = SequenceItem::new(w[..seq_len].to_vec(), w[1..].to_vec());
+                    let mut item = SequenceItem::new(ids(&w[..seq_len]), ids(&w[1..]));
                     if let Some(starts) = starts {
                         item.documents = document_lengths(starts, begin, seq_len);
                     }
