@@ -15,7 +15,7 @@ use crate::error::Mamba2Error;
 use crate::models::hybrid::HybridConfig;
 
 /// The presets: name, `config.json` fields, published parameter count.
-pub const HYBRID_PRESETS: [(&str, &str, u64); 9] = [
+pub const HYBRID_PRESETS: [(&str, &str, u64); 10] = [
     (
         "granite-4.0-h-350m",
         include_str!("presets/granite-4.0-h-350m.json"),
@@ -60,6 +60,11 @@ pub const HYBRID_PRESETS: [(&str, &str, u64); 9] = [
         "falcon-h1-0.5b",
         include_str!("presets/falcon-h1-0.5b.json"),
         521_411_104,
+    ),
+    (
+        "falcon-h1-1.5b",
+        include_str!("presets/falcon-h1-1.5b.json"),
+        1_554_859_392,
     ),
 ];
 
