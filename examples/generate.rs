@@ -230,9 +230,9 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
         dir.display(),
         model.vocab_size(),
         start.elapsed().as_secs_f64(),
-        peak_memory().map_or(String::new(), |kb| format!(
-            ", peak memory {} MB",
-            kb / 1000
+        peak_memory().map_or(String::new(), |kib| format!(
+            ", peak memory {:.0} MB",
+            kib as f64 * 1.024e-3
         ))
     );
 
@@ -265,7 +265,7 @@ fn run<B: SsdBackend>(args: &Args, device: B::Device) -> Result<(), Box<dyn std:
     Ok(())
 }
 
-/// The process's peak resident memory in kB so far (Linux).
+/// The process's peak resident memory in KiB so far (Linux's `kB`).
 fn peak_memory() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;

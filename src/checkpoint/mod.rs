@@ -25,6 +25,7 @@ mod export;
 mod hf;
 mod hybrid;
 pub(crate) mod record;
+mod region;
 mod safetensors;
 mod state_spaces;
 mod weights;

@@ -262,17 +262,34 @@ pub(super) fn load_tensors<B: Backend, M: Module<B>>(
                 actual: found.shape.to_vec(),
             });
         }
-        let data_fn = found.clone_data_fn();
-        snapshots.push(TensorSnapshot::from_closure(
-            Rc::new(move || {
-                data_fn().map(|d| {
-                    let d = match part {
-                        Some((index, of)) => block_of(d, index, of),
-                        None => d,
-                    };
-                    convert(d, transpose, dtype)
+        let read: DataFn = match &located.region {
+            // a safetensors file: read in pieces, straight into the parameter's layout
+            Some(region) => {
+                let rows = match part {
+                    Some((index, of)) => {
+                        let n = region.rows() / of;
+                        index * n..(index + 1) * n
+                    }
+                    None => 0..region.rows(),
+                };
+                let (region, file) = (region.clone(), file.clone());
+                Rc::new(move || region.read(&file, rows.clone(), transpose, dtype))
+            }
+            None => {
+                let data_fn = found.clone_data_fn();
+                Rc::new(move || {
+                    data_fn().map(|d| {
+                        let d = match part {
+                            Some((index, of)) => block_of(d, index, of),
+                            None => d,
+                        };
+                        convert(d, transpose, dtype)
+                    })
                 })
-            }),
+            }
+        };
+        snapshots.push(TensorSnapshot::from_closure(
+            read,
             dtype,
             slot.shape,
             slot.path,

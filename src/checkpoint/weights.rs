@@ -10,15 +10,16 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use ::safetensors::tensor::{Dtype, Metadata};
 use burn::module::ParamId;
-use burn::store::{TensorSnapshot, TensorSnapshotError};
-use burn::tensor::{bf16, f16, DType, TensorData};
+use burn::store::TensorSnapshot;
+use burn::tensor::DType;
 
+use super::region::Region;
 use crate::error::{Mamba2Error, Result};
 
 /// The single-file safetensors name.
@@ -50,6 +51,9 @@ pub(super) struct Located {
     pub(super) snapshot: TensorSnapshot,
     /// The file it is in (the shard, for a sharded checkpoint).
     pub(super) file: PathBuf,
+    /// Where its data lies in `file`, for a safetensors file: a parameter is then read from it
+    /// in pieces ([`Region::read`]).
+    pub(super) region: Option<Region>,
 }
 
 /// Every tensor of a checkpoint by its name.
@@ -99,7 +103,7 @@ impl WeightFiles {
     /// out.
     pub(super) fn read(&self) -> Result<Tensors> {
         match self {
-            Self::Single(file) => Ok(located(read_safetensors(file)?, file)),
+            Self::Single(file) => read_safetensors(file),
             Self::Pytorch(file) => read_pytorch(file).map(|t| located(t, file)),
             Self::Sharded { shards, .. } => {
                 let mut tensors = Tensors::new();
@@ -118,7 +122,7 @@ impl WeightFiles {
                             });
                         }
                     }
-                    for (name, snapshot) in found {
+                    for (name, located) in found {
                         match home.get(name.as_str()) {
                             Some(&listed) if listed == file => {}
                             Some(listed) => {
@@ -139,8 +143,7 @@ impl WeightFiles {
                                 });
                             }
                         }
-                        let file = file.clone();
-                        tensors.insert(name, Located { snapshot, file });
+                        tensors.insert(name, located);
                     }
                 }
                 Ok(tensors)
@@ -165,7 +168,15 @@ fn located(tensors: BTreeMap<String, TensorSnapshot>, file: &Path) -> Tensors {
         .into_iter()
         .map(|(name, snapshot)| {
             let file = file.to_path_buf();
-            (name, Located { snapshot, file })
+            let region = None;
+            (
+                name,
+                Located {
+                    snapshot,
+                    file,
+                    region,
+                },
+            )
         })
         .collect()
 }
@@ -181,7 +192,7 @@ const MAX_HEADER: u64 = 100_000_000;
 /// is dropped, a second copy of the weights. Each tensor is read instead into a buffer of its
 /// own element type, which becomes the parameter's storage without a copy (the `safetensors`
 /// crate parses and checks the header).
-fn read_safetensors(file: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
+fn read_safetensors(file: &Path) -> Result<Tensors> {
     let bad = |reason: String| {
         Mamba2Error::file(file, format!("not a readable safetensors file: {reason}"))
     };
@@ -224,9 +235,20 @@ fn read_safetensors(file: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
             });
         };
         let (from, to) = info.data_offsets;
-        let (path, shape) = (file.to_path_buf(), info.shape.clone());
-        let data_fn =
-            Rc::new(move || read_tensor(&path, start + from as u64, to - from, &shape, dtype));
+        let region = Region {
+            offset: start + from as u64,
+            shape: info.shape.clone(),
+            dtype,
+        };
+        if region.shape.iter().product::<usize>() * dtype.size() != to - from {
+            return Err(bad(format!(
+                "`{name}`: {} bytes for a {dtype:?} tensor of shape {:?}",
+                to - from,
+                region.shape
+            )));
+        }
+        let (path, whole) = (file.to_path_buf(), region.clone());
+        let data_fn = Rc::new(move || whole.read(&path, 0..whole.rows(), false, dtype));
         let snapshot = TensorSnapshot::from_closure(
             data_fn,
             dtype,
@@ -235,7 +257,16 @@ fn read_safetensors(file: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
             Vec::new(),
             ParamId::new(),
         );
-        tensors.insert(name, snapshot);
+        let file = file.to_path_buf();
+        let region = Some(region);
+        tensors.insert(
+            name,
+            Located {
+                snapshot,
+                file,
+                region,
+            },
+        );
     }
     Ok(tensors)
 }
@@ -258,43 +289,6 @@ fn burn_dtype(dtype: Dtype) -> Option<DType> {
         Dtype::U8 | Dtype::BOOL => DType::U8,
         _ => return None,
     })
-}
-
-/// Reads `bytes` bytes at `offset` of `path`: a tensor of `shape` and float type `dtype`,
-/// read straight into a buffer of that element type.
-fn read_tensor(
-    path: &Path,
-    offset: u64,
-    bytes: usize,
-    shape: &[usize],
-    dtype: DType,
-) -> std::result::Result<TensorData, TensorSnapshotError> {
-    let mut data = match dtype {
-        DType::F64 => TensorData::zeros::<f64, _>(shape),
-        DType::F32 => TensorData::zeros::<f32, _>(shape),
-        DType::F16 => TensorData::zeros::<f16, _>(shape),
-        DType::BF16 => TensorData::zeros::<bf16, _>(shape),
-        other => {
-            return Err(TensorSnapshotError::DataError(format!(
-                "{other:?} is not a float type"
-            )))
-        }
-    };
-    if data.bytes.len() != bytes {
-        return Err(TensorSnapshotError::DataError(format!(
-            "{bytes} bytes for a {dtype:?} tensor of shape {shape:?}"
-        )));
-    }
-    let io = |e: std::io::Error| TensorSnapshotError::IoError(format!("{}: {e}", path.display()));
-    let mut file = File::open(path).map_err(io)?;
-    file.seek(SeekFrom::Start(offset)).map_err(io)?;
-    file.read_exact(&mut data.bytes).map_err(io)?;
-    // the file is little-endian
-    if cfg!(target_endian = "big") {
-        let size = dtype.size();
-        data.bytes.chunks_exact_mut(size).for_each(<[u8]>::reverse);
-    }
-    Ok(data)
 }
 
 /// The tensors of a `torch.save` state dict, through burn-store's pickle reader.
