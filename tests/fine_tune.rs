@@ -6,7 +6,7 @@ use std::path::Path;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor};
-use mamba2_burn::checkpoint::{load_hybrid, HybridSpec};
+use mamba2_burn::checkpoint::{load_hybrid, read_config, CheckpointFormat, HybridSpec};
 use mamba2_burn::hybrid::HybridLm;
 use mamba2_burn::train::{
     train_lm, HybridTrainingConfig, LanguageModelTraining, LmConfig, LmTrainingConfig,
@@ -116,6 +116,36 @@ fn a_mamba2_run_starts_from_the_folders_weights() {
     assert!(
         matches!(&e, Mamba2Error::InvalidConfig { field: "init_from", reason } if reason.contains("backbone")),
         "{e}"
+    );
+}
+
+/// A fine-tune of a folder in transformers' layout is saved in that layout, with the folder's
+/// tokenizer, and loads back to the model the run returned.
+#[test]
+fn a_fine_tune_is_saved_in_the_layout_it_came_from() {
+    let dev = Default::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = crate::reference::fixture_root().join("tiny");
+    assert_eq!(
+        read_config(&folder).unwrap().1,
+        CheckpointFormat::HuggingFace
+    );
+    let config = still(LmTrainingConfig::from_checkpoint(&folder).unwrap());
+    let tuned = run(&config, tmp.path()).unwrap();
+    let saved = tmp.path().join("model");
+    assert_eq!(
+        read_config(&saved).unwrap().1,
+        CheckpointFormat::HuggingFace
+    );
+    assert!(saved.join("model.safetensors").is_file() && !saved.join("model.mpk").exists());
+    assert_eq!(
+        std::fs::read(saved.join("tokenizer.json")).unwrap(),
+        std::fs::read(folder.join("tokenizer.json")).unwrap()
+    );
+    let reloaded = load_lm::<Inner>(&saved, &dev).unwrap();
+    assert_eq!(
+        reloaded.forward(ids(), None).unwrap().0.into_data(),
+        tuned.forward(ids(), None).unwrap().0.into_data()
     );
 }
 

@@ -17,7 +17,9 @@ use super::devices::TrainDevices;
 use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
 use super::step::{LanguageModel, SupervisedModel};
-use crate::checkpoint::{load_hybrid, load_lm, read_config, save_hybrid, save_lm, HybridSpec};
+use crate::checkpoint::{
+    load_hybrid, load_lm, read_config, save_checkpoint, save_hybrid, CheckpointFormat, HybridSpec,
+};
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
 use crate::models::hybrid::HybridLm;
@@ -26,7 +28,7 @@ use crate::ssd::{SsdAutodiffBackend, SsdBackend};
 
 /// The config of the model a language-model run trains: it checks itself, builds the model,
 /// and saves the trained one as a checkpoint folder. [`Mamba2LmConfig`] builds a [`Mamba2Lm`]
-/// (saved by [`save_lm`]), [`HybridSpec`] a [`HybridLm`] (saved by [`save_hybrid`] as
+/// (saved by [`save_checkpoint`]), [`HybridSpec`] a [`HybridLm`] (saved by [`save_hybrid`] as
 /// transformers' folder of its family).
 pub trait LmConfig:
     Clone + core::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
@@ -56,11 +58,13 @@ pub trait LmConfig:
         device: &B::Device,
     ) -> crate::error::Result<Self::Model<B>>;
 
-    /// Writes `model` to the folder `dir`.
+    /// Writes `model` to the folder `dir`, in the layout of the checkpoint folder `like` where
+    /// given (the folder a fine-tune started from), else in the model's own.
     fn save_model<B: SsdBackend>(
         &self,
         model: &Self::Model<B>,
         dir: &Path,
+        like: Option<&Path>,
     ) -> crate::error::Result<()>;
 }
 
@@ -96,8 +100,14 @@ impl LmConfig for Mamba2LmConfig {
         &self,
         model: &Mamba2Lm<B>,
         dir: &Path,
+        like: Option<&Path>,
     ) -> crate::error::Result<()> {
-        save_lm(model, self, dir).map(drop)
+        // a fine-tuned published model goes back in the layout it was published in
+        let format = match like {
+            Some(folder) => read_config(folder)?.1,
+            None => CheckpointFormat::Burn,
+        };
+        save_checkpoint(model, self, dir, format).map(drop)
     }
 }
 
@@ -134,7 +144,9 @@ impl LmConfig for HybridSpec {
         &self,
         model: &HybridLm<B>,
         dir: &Path,
+        _like: Option<&Path>,
     ) -> crate::error::Result<()> {
+        // a hybrid has one layout, transformers' folder of its family
         save_hybrid(model, &self.config_json, dir).map(drop)
     }
 }
@@ -246,8 +258,9 @@ training_config_io!([M: LmConfig] LanguageModelTraining<M>);
 /// and leaves in `artifacts`: `config.json` (this config, `init_from` included), `checkpoint/` (model, optimizer and
 /// scheduler after each epoch, written atomically), `model/` (the final model: loadable with
 /// [`load_lm`](crate::load_lm), or for a hybrid transformers' folder of its family, loadable
-/// with [`load_hybrid`](crate::load_hybrid) and by transformers), `metrics.csv` (each metric's
-/// mean per epoch and split) and Burn's per-iteration logs.
+/// with [`load_hybrid`](crate::load_hybrid) and by transformers; a fine-tune's in the layout of
+/// the folder it started from, with that folder's tokenizer and generation files),
+/// `metrics.csv` (each metric's mean per epoch and split) and Burn's per-iteration logs.
 ///
 /// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
 /// same data order as an uninterrupted run, so it ends with the same weights); the config must
@@ -323,8 +336,34 @@ where
             .metric_valid_numeric(accuracy())
             .metric_valid_numeric(perplexity())
     })?;
-    config.model.save_model(&model, &artifacts.join("model"))?;
+    let saved = artifacts.join("model");
+    let init_from = config.init_from.as_deref();
+    config.model.save_model(&model, &saved, init_from)?;
+    if let Some(dir) = init_from {
+        copy_tokenizer_files(dir, &saved)?;
+    }
     Ok(model)
+}
+
+/// The files of a checkpoint folder that describe its tokenizer and generation, as transformers
+/// saves them beside the weights.
+const TOKENIZER_FILES: [&str; 4] = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+];
+
+/// Copies those of [`TOKENIZER_FILES`] that `from` has into `to`: a fine-tuned folder
+/// tokenizes and generates as the one it started from.
+fn copy_tokenizer_files(from: &Path, to: &Path) -> crate::error::Result<()> {
+    for name in TOKENIZER_FILES {
+        let file = from.join(name);
+        if file.is_file() {
+            std::fs::copy(&file, to.join(name)).map_err(|e| Mamba2Error::file(&file, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks every item of `data`: inputs in `[0, vocab)`, targets too or equal to `ignore_index`.
