@@ -82,10 +82,22 @@ pub struct Args {
     #[arg(long)]
     pub text: Option<PathBuf>,
     /// LM: the documents of --text each end with this (`\n`, `\t` and `\\` escapes; default
-    /// a blank line, `\n\n`); no state flows from one document into the next. An empty
-    /// string: no documents, windows of plain text.
+    /// a blank line, `\n\n`, for bytes; with a tokenizer, none: each file is a document); no
+    /// state flows from one document into the next. An empty string: no documents, windows of
+    /// plain text (bytes), each file a document (tokens).
     #[arg(long)]
     pub separator: Option<String>,
+    /// LM: fine-tune the model of this checkpoint folder (Mamba-2 or a hybrid, as published,
+    /// as transformers saves it, or a run's `model/`): its config and weights start the run,
+    /// its `tokenizer.json` tokenizes --text, and the run's `model/` takes its layout. The
+    /// validation loss is reported before the first step and after the last. The default
+    /// learning rate for trained weights: 3e-4.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
+    /// LM: tokenize --text with this `tokenizer.json` (the `tokenizer` feature; default: the
+    /// --init-from folder's, if it has one; else --text is read as bytes).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// LM tasks: the model: `mamba2` (the default, sized by the flags below); a hybrid family
     /// at the task's size (`granite`, `bamba`, `nemotron-h`, `falcon-h1`: the config.json files
     /// in examples/train/hybrid); a published hybrid's shape (a preset: `granite-4.0-h-350m`,
@@ -132,6 +144,9 @@ pub struct Args {
     /// Peak learning rate.
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Warmup of the learning rate, as a fraction of all steps (default 0.05).
+    #[arg(long)]
+    pub warmup: Option<f64>,
     /// AdamW weight decay of the matrices (default 0.1).
     #[arg(long)]
     pub weight_decay: Option<f32>,
@@ -409,14 +424,7 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
             }
         },
     };
-    let mamba2_flags = [
-        ("--d-model", args.d_model.is_some()),
-        ("--n-layer", args.n_layer.is_some()),
-        ("--d-state", args.d_state.is_some()),
-        ("--headdim", args.headdim.is_some()),
-        ("--chunk-size", args.chunk_size.is_some()),
-    ];
-    if let Some((flag, _)) = mamba2_flags.iter().find(|(_, set)| *set) {
+    if let Some(flag) = mamba2_size_flag(args) {
         return Err(format!(
             "{flag} sizes the mamba2 model; --model {} takes its sizes from its config",
             args.model
@@ -430,6 +438,45 @@ pub fn hybrid_spec(args: &Args, vocab: usize) -> Result<Option<HybridSpec>, Stri
         .with_vocab_size(vocab)
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+/// The first of the flags that size a fresh Mamba-2 model that is set.
+fn mamba2_size_flag(args: &Args) -> Option<&'static str> {
+    [
+        ("--d-model", args.d_model.is_some()),
+        ("--n-layer", args.n_layer.is_some()),
+        ("--d-state", args.d_state.is_some()),
+        ("--headdim", args.headdim.is_some()),
+        ("--chunk-size", args.chunk_size.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, set)| set.then_some(flag))
+}
+
+/// Fine-tuning's peak learning rate: a tenth of a fresh model's, which keeps most of the gain on
+/// the new text at a third of the loss on the old (docs/training-notes.md, Fine-tuning).
+pub const FINE_TUNE_LR: f64 = 3e-4;
+
+/// Checks the flags of a fine-tune (`--init-from`): the LM task, the folder's model.
+pub fn check_fine_tune(args: &Args) -> Result<(), String> {
+    if args.task != Task::Lm {
+        return Err("--init-from fine-tunes on --task lm".into());
+    }
+    if args.model != "mamba2" {
+        return Err("--init-from trains the folder's model; leave out --model".into());
+    }
+    let init = [
+        ("--dt-range", args.dt_range.is_some()),
+        ("--a-init-range", args.a_init_range.is_some()),
+        ("--vocab", args.vocab.is_some()),
+    ];
+    let other = init.into_iter().find_map(|(flag, set)| set.then_some(flag));
+    if let Some(flag) = mamba2_size_flag(args).or(other) {
+        return Err(format!(
+            "{flag} sizes a fresh model; --init-from trains the folder's"
+        ));
+    }
+    Ok(())
 }
 
 /// `--dt-range` (else `default_dt`) and `--a-init-range`: the Mamba layers' init, of Mamba-2
@@ -460,8 +507,8 @@ pub fn epochs_for(args: &Args, d: &Defaults, items: usize, batch_size: usize) ->
     }
 }
 
-/// The bytes of `--separator`, with `\n`, `\t` and `\\` escapes.
-pub fn unescape(text: &str) -> Vec<u8> {
+/// The text of `--separator`, with `\n`, `\t` and `\\` escapes.
+pub fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -480,7 +527,7 @@ pub fn unescape(text: &str) -> Vec<u8> {
             None => out.push('\\'),
         }
     }
-    out.into_bytes()
+    out
 }
 
 /// The optimizer with `--weight-decay`, if given.

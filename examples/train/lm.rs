@@ -1,13 +1,16 @@
 //! The token tasks (MQAR, selective copying, a byte-level language model): their data and run.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::data::dataset::Dataset;
 use burn::module::AutodiffModule;
 use burn::train::SequenceOutput;
+use mamba2_burn::checkpoint::{is_hybrid_folder, HybridSpec};
 use mamba2_burn::data::copy::{self, CopyConfig};
 use mamba2_burn::data::mqar::{self, MqarConfig};
-use mamba2_burn::data::text::{ByteCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
+use mamba2_burn::data::text::{TextCorpus, BYTE_VOCAB, PARAGRAPH_SEPARATOR};
 use mamba2_burn::data::{GeneratedDataset, SequenceItem};
 use mamba2_burn::train::{
     evaluate_lm, train_lm, LanguageModel, LanguageModelTraining, LmBatch, LmConfig, RunConfig,
@@ -17,8 +20,9 @@ use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
 
 use crate::args::{
-    artifacts_dir, backbone_config, defaults, epochs_for, hybrid_spec, mqar_epochs, optimizer,
-    progress_mode, step_threads, unescape, Args, Defaults, Preset, Task,
+    artifacts_dir, backbone_config, check_fine_tune, defaults, epochs_for, hybrid_spec,
+    mqar_epochs, optimizer, progress_mode, step_threads, unescape, Args, Defaults, Preset, Task,
+    FINE_TUNE_LR,
 };
 
 type Data = Box<dyn Dataset<SequenceItem>>;
@@ -106,29 +110,107 @@ fn task_data(args: &Args, d: &Defaults, seq_len: usize) -> Result<TaskData, Stri
             })
         }
         Task::Forecast | Task::Market => unreachable!("windowed tasks run in forecast::run"),
-        Task::Lm => {
-            let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
+        Task::Lm => text_data(args, seq_len),
+    }
+}
+
+/// The vocabulary of the model in the checkpoint folder `dir`.
+fn folder_vocab(dir: &Path) -> Result<usize, String> {
+    let text = |e: mamba2_burn::Mamba2Error| e.to_string();
+    match is_hybrid_folder(dir).map_err(text)? {
+        true => HybridSpec::from_folder(dir).and_then(|m| m.vocab()),
+        false => Mamba2LmConfig::from_folder(dir).and_then(|m| m.vocab()),
+    }
+    .map_err(text)
+}
+
+/// --text as windows of tokens (with --tokenizer or the --init-from folder's) or of bytes.
+fn text_data(args: &Args, seq_len: usize) -> Result<TaskData, String> {
+    let path = args.text.as_ref().ok_or("--task lm needs --text FILE")?;
+    let vocab = args.init_from.as_deref().map(folder_vocab).transpose()?;
+    let tokenizer = args.tokenizer.clone().or_else(|| {
+        let file = args.init_from.as_ref()?.join("tokenizer.json");
+        file.is_file().then_some(file)
+    });
+    let (corpus, vocab, describe) = match tokenizer {
+        Some(file) => {
+            let (corpus, vocab) = tokenized(args, path, &file, vocab, seq_len)?;
+            (
+                corpus,
+                vocab,
+                format!("seq_len={seq_len} tokenizer={}", file.display()),
+            )
+        }
+        None => {
+            let vocab = vocab.unwrap_or(BYTE_VOCAB);
+            if vocab < BYTE_VOCAB {
+                return Err(format!(
+                    "the model's vocabulary of {vocab} cannot take bytes: give --tokenizer"
+                ));
+            }
             let corpus = match args.separator.as_deref() {
-                Some("") => ByteCorpus::from_file(path, seq_len),
+                Some("") => TextCorpus::from_file(path, seq_len),
                 separator => {
                     let separator = separator
-                        .map(unescape)
+                        .map(|s| unescape(s).into_bytes())
                         .unwrap_or_else(|| PARAGRAPH_SEPARATOR.to_vec());
-                    ByteCorpus::packed_from_file(path, seq_len, &separator)
+                    TextCorpus::packed_from_file(path, seq_len, &separator)
                 }
             }
             .map_err(|e| e.to_string())?;
-            use burn::data::dataset::InMemDataset;
-            Ok(TaskData {
-                train: Box::new(InMemDataset::new(corpus.train)),
-                valid: Box::new(InMemDataset::new(corpus.valid)),
-                test: Box::new(InMemDataset::new(corpus.test)),
-                vocab: BYTE_VOCAB,
-                ignore_index: None,
-                describe: format!("seq_len={seq_len}"),
-            })
+            (corpus, vocab, format!("seq_len={seq_len} bytes"))
         }
-    }
+    };
+    use burn::data::dataset::InMemDataset;
+    Ok(TaskData {
+        train: Box::new(InMemDataset::new(corpus.train)),
+        valid: Box::new(InMemDataset::new(corpus.valid)),
+        test: Box::new(InMemDataset::new(corpus.test)),
+        vocab,
+        ignore_index: None,
+        describe,
+    })
+}
+
+/// The documents of `path` (each file one, or split at --separator) tokenized with the
+/// `tokenizer.json` `file`, for a model of `vocab` tokens (default: the tokenizer's).
+#[cfg(feature = "tokenizer")]
+fn tokenized(
+    args: &Args,
+    path: &Path,
+    file: &Path,
+    vocab: Option<usize>,
+    seq_len: usize,
+) -> Result<(TextCorpus, usize), String> {
+    use mamba2_burn::data::tokens::TokenizedText;
+    use mamba2_burn::tokenizer::Tokenizer;
+    let tokenizer = Tokenizer::from_file(file).map_err(|e| e.to_string())?;
+    let vocab = vocab.unwrap_or(tokenizer.vocab_size());
+    let separator = args.separator.as_deref().map(unescape);
+    let text = TokenizedText {
+        path,
+        tokenizer: &tokenizer,
+        vocab,
+        seq_len,
+        separator: separator.as_deref().filter(|s| !s.is_empty()),
+        end_of_text: None,
+    };
+    let corpus = TextCorpus::tokenized(&text).map_err(|e| e.to_string())?;
+    Ok((corpus, vocab))
+}
+
+#[cfg(not(feature = "tokenizer"))]
+fn tokenized(
+    _: &Args,
+    _: &Path,
+    file: &Path,
+    _: Option<usize>,
+    _: usize,
+) -> Result<(TextCorpus, usize), String> {
+    Err(format!(
+        "tokenizing --text with {} needs the `tokenizer` feature",
+        file.display()
+    ))
 }
 
 /// Trains on a token task and prints its held-out scores.
@@ -143,32 +225,52 @@ pub fn run<B: SsdAutodiffBackend>(
         // always outlast (docs/hybrids.md, Training)
         d.epochs = mqar_epochs(&args.model, d.epochs);
     }
+    if args.init_from.is_some() {
+        check_fine_tune(args)?;
+        d.lr = FINE_TUNE_LR;
+    }
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let epochs = epochs_for(args, &d, data.train.len(), batch_size);
     let run = RunConfig::new(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
+        .with_warmup_fraction(args.warmup.unwrap_or(RunConfig::new(0.0).warmup_fraction))
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed)
         .with_step_threads(step_threads(args))
         .with_mixed_precision(args.mixed_precision());
+    let text = |e: mamba2_burn::Mamba2Error| e.to_string();
+    if let Some(dir) = &args.init_from {
+        let run = (run, Some(dir.as_path()));
+        return match is_hybrid_folder(dir).map_err(text)? {
+            true => {
+                let model = HybridSpec::from_folder(dir).map_err(text)?;
+                train_and_score(args, model, run, data, devices, start)
+            }
+            false => {
+                let model = Mamba2LmConfig::from_folder(dir).map_err(text)?;
+                train_and_score(args, model, run, data, devices, start)
+            }
+        };
+    }
     match hybrid_spec(args, data.vocab)? {
-        Some(spec) => train_and_score(args, spec, run, data, devices, start),
+        Some(spec) => train_and_score(args, spec, (run, None), data, devices, start),
         None => {
             let model = Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab)
                 .with_pad_vocab_size_multiple(8);
-            train_and_score(args, model, run, data, devices, start)
+            train_and_score(args, model, (run, None), data, devices, start)
         }
     }
 }
 
-/// Trains the model of `model` on `data` and prints its held-out scores.
+/// Trains the model of `model` on `data` (from the weights of the folder `run.1`, if any) and
+/// prints its held-out scores.
 fn train_and_score<B, M>(
     args: &Args,
     model: M,
-    run: RunConfig,
+    (run, init_from): (RunConfig, Option<&Path>),
     data: TaskData,
     devices: TrainDevices<B>,
     start: Instant,
@@ -190,13 +292,17 @@ where
     let epochs = run.epochs;
     let config = LanguageModelTraining::new(model)
         .with_run(run)
-        .with_ignore_index(data.ignore_index);
+        .with_ignore_index(data.ignore_index)
+        .with_init_from(init_from.map(Path::to_path_buf));
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
+    let model_name = match init_from {
+        Some(dir) => dir.display().to_string(),
+        None => args.model.clone(),
+    };
     println!(
-        "task {task_name} ({}); model {}; {} training sequences x {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
+        "task {task_name} ({}); model {model_name}; {} training sequences x {epochs} epochs, batch {batch_size} on {} threads x {} devices; artifacts in {}",
         data.describe,
-        args.model,
         data.train.len(),
         config.run.step_threads,
         args.devices,
@@ -212,34 +318,56 @@ where
         describe,
         ..
     } = data;
+    let valid: Arc<dyn Dataset<SequenceItem>> = Arc::from(valid);
+    let threads = config.run.step_threads;
+    let score = |model: &M::Model<B::InnerBackend>, data: &Arc<dyn Dataset<SequenceItem>>| {
+        evaluate_lm(model, data, 64, ignore_index, threads, &device)
+    };
+    // a fine-tune's starting point, scored as its result will be
+    let before = match init_from {
+        Some(dir) => {
+            let start = config.model.load_model::<B::InnerBackend>(dir, &device)?;
+            let scores = score(&start, &valid)?;
+            println!(
+                "before fine-tuning: validation loss={:.4} perplexity={:.3}",
+                scores.loss, scores.perplexity
+            );
+            Some(scores)
+        }
+        None => None,
+    };
     let model = train_lm::<B, M, _, _>(
         &config,
         train,
-        valid,
+        valid.clone(),
         &artifacts,
         args.resume,
         progress,
         devices,
     )?;
-    let scores = evaluate_lm(
-        &model,
-        &test,
-        64,
-        ignore_index,
-        config.run.step_threads,
-        &device,
-    )?;
+    let test: Arc<dyn Dataset<SequenceItem>> = Arc::from(test);
+    let scores = score(&model, &test)?;
     let elapsed = start.elapsed().as_secs_f64();
-    let metrics = match args.task {
+    let mut metrics = match args.task {
         Task::Lm => format!(
             "loss={:.4} perplexity={:.3}",
             scores.loss, scores.perplexity
         ),
         _ => format!("accuracy={:.4} loss={:.4}", scores.accuracy, scores.loss),
     };
+    if let Some(before) = before {
+        let after = score(&model, &valid)?;
+        println!(
+            "after fine-tuning: validation loss={:.4} perplexity={:.3}",
+            after.loss, after.perplexity
+        );
+        metrics += &format!(
+            " valid_loss_before={:.4} valid_loss_after={:.4}",
+            before.loss, after.loss
+        );
+    }
     println!(
-        "result: task={task_name} model={} {metrics} {describe} elapsed_s={elapsed:.1}",
-        args.model
+        "result: task={task_name} model={model_name} {metrics} {describe} elapsed_s={elapsed:.1}"
     );
     Ok(())
 }
