@@ -7,6 +7,7 @@
 //! cargo run --release --example train                       # MQAR, 16 pairs, 128 tokens, vocab 256
 //! cargo run --release --example train -- --task copy        # selective copying
 //! cargo run --release --example train -- --task lm --text FILE   # byte-level language model
+//! cargo run --release --features tokenizer --example train -- --task lm --init-from DIR --text FILE   # fine-tune
 //! cargo run --release --example train -- --task forecast --csv ETTh1.csv --lookback 96 --horizon 96
 //! cargo run --release --features dbn --example train -- --task market --dbn FILE.dbn.zst ...
 //! ```
