@@ -54,12 +54,33 @@ where
         Output = burn::train::SequenceOutput<Inner>,
     >,
 {
+    run_or_resume(config, dir, false)
+}
+
+/// [`run`], continuing the run in `dir` from its last checkpoint with `resume`.
+fn run_or_resume<M: LmConfig>(
+    config: &LanguageModelTraining<M>,
+    dir: &Path,
+    resume: bool,
+) -> mamba2_burn::Result<M::Model<Inner>>
+where
+    M::Model<B>: mamba2_burn::train::SupervisedModel<
+            B,
+            Batch = mamba2_burn::train::LmBatch<B>,
+            Output = burn::train::SequenceOutput<B>,
+        > + burn::module::AutodiffModule<B, InnerModule = M::Model<Inner>>,
+    M::Model<Inner>: mamba2_burn::train::SupervisedModel<
+        Inner,
+        Batch = mamba2_burn::train::LmBatch<Inner>,
+        Output = burn::train::SequenceOutput<Inner>,
+    >,
+{
     train_lm::<B, _, _, _>(
         config,
         common::copy_data(1, 32),
         common::copy_data(2, 16),
         dir,
-        false,
+        resume,
         ProgressMode::Plain,
         &Default::default(),
     )
@@ -147,6 +168,42 @@ fn a_fine_tune_is_saved_in_the_layout_it_came_from() {
         reloaded.forward(ids(), None).unwrap().0.into_data(),
         tuned.forward(ids(), None).unwrap().0.into_data()
     );
+}
+
+/// A fine-tune stopped after its first epoch and resumed ends with the weights of an
+/// uninterrupted one: the resumed run starts from its checkpoint, not from the folder again.
+#[test]
+fn a_resumed_fine_tune_reaches_the_same_weights() {
+    let folder = crate::reference::fixture_root().join("tiny");
+    let config = LmTrainingConfig::from_checkpoint(&folder)
+        .unwrap()
+        .with_run(
+            RunConfig::new(1e-2)
+                .with_batch_size(16)
+                .with_epochs(2)
+                .with_seed(7),
+        );
+    let _rng = common::seeded(7);
+    let full = tempfile::tempdir().unwrap();
+    let uninterrupted = run(&config, full.path()).unwrap();
+    let cut = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        full.path().join("config.json"),
+        cut.path().join("config.json"),
+    )
+    .unwrap();
+    std::fs::create_dir(cut.path().join("checkpoint")).unwrap();
+    for kind in ["model", "optim", "scheduler"] {
+        let name = format!("{kind}-1.mpk");
+        let checkpoint = |dir: &Path| dir.join("checkpoint").join(&name);
+        std::fs::copy(checkpoint(full.path()), checkpoint(cut.path())).unwrap();
+    }
+    let resumed = run_or_resume(&config, cut.path(), true).unwrap();
+    let logits = |m: &Mamba2Lm<Inner>| m.forward(ids(), None).unwrap().0.into_data();
+    assert_eq!(logits(&resumed), logits(&uninterrupted));
+    // the weights moved: a resume that started from the folder again would differ
+    let start = load_lm::<Inner>(&folder, &Default::default()).unwrap();
+    assert_ne!(logits(&start), logits(&uninterrupted));
 }
 
 #[test]
