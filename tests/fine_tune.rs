@@ -38,27 +38,9 @@ fn ids() -> Tensor<Inner, 2, Int> {
     )
 }
 
+/// Trains `config` on the copy task into `dir`, continuing from its last checkpoint with
+/// `resume`.
 fn run<M: LmConfig>(
-    config: &LanguageModelTraining<M>,
-    dir: &Path,
-) -> mamba2_burn::Result<M::Model<Inner>>
-where
-    M::Model<B>: mamba2_burn::train::SupervisedModel<
-            B,
-            Batch = mamba2_burn::train::LmBatch<B>,
-            Output = burn::train::SequenceOutput<B>,
-        > + burn::module::AutodiffModule<B, InnerModule = M::Model<Inner>>,
-    M::Model<Inner>: mamba2_burn::train::SupervisedModel<
-        Inner,
-        Batch = mamba2_burn::train::LmBatch<Inner>,
-        Output = burn::train::SequenceOutput<Inner>,
-    >,
-{
-    run_or_resume(config, dir, false)
-}
-
-/// [`run`], continuing the run in `dir` from its last checkpoint with `resume`.
-fn run_or_resume<M: LmConfig>(
     config: &LanguageModelTraining<M>,
     dir: &Path,
     resume: bool,
@@ -101,7 +83,7 @@ fn a_mamba2_run_starts_from_the_folders_weights() {
     let config = still(LmTrainingConfig::from_checkpoint(&folder).unwrap());
     assert_eq!(config.init_from.as_deref(), Some(folder.as_path()));
     let artifacts = tmp.path().join("run");
-    let tuned = run(&config, &artifacts).unwrap();
+    let tuned = run(&config, &artifacts, false).unwrap();
     let expected = load_lm::<Inner>(&folder, &dev)
         .unwrap()
         .forward(ids(), None)
@@ -113,6 +95,7 @@ fn a_mamba2_run_starts_from_the_folders_weights() {
     let fresh = run(
         &config.clone().with_init_from(None),
         &tmp.path().join("fresh"),
+        false,
     )
     .unwrap();
     let other = fresh.forward(ids(), None).unwrap().0;
@@ -133,7 +116,7 @@ fn a_mamba2_run_starts_from_the_folders_weights() {
     // a run of another model than the folder's
     let mut wider = config.clone();
     wider.model.backbone.mixer.d_state = 32;
-    let e = run(&wider, &tmp.path().join("wider")).unwrap_err();
+    let e = run(&wider, &tmp.path().join("wider"), false).unwrap_err();
     assert!(
         matches!(&e, Mamba2Error::InvalidConfig { field: "init_from", reason } if reason.contains("backbone")),
         "{e}"
@@ -152,7 +135,7 @@ fn a_fine_tune_is_saved_in_the_layout_it_came_from() {
         CheckpointFormat::HuggingFace
     );
     let config = still(LmTrainingConfig::from_checkpoint(&folder).unwrap());
-    let tuned = run(&config, tmp.path()).unwrap();
+    let tuned = run(&config, tmp.path(), false).unwrap();
     let saved = tmp.path().join("model");
     assert_eq!(
         read_config(&saved).unwrap().1,
@@ -185,20 +168,9 @@ fn a_resumed_fine_tune_reaches_the_same_weights() {
         );
     let _rng = common::seeded(7);
     let full = tempfile::tempdir().unwrap();
-    let uninterrupted = run(&config, full.path()).unwrap();
-    let cut = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        full.path().join("config.json"),
-        cut.path().join("config.json"),
-    )
-    .unwrap();
-    std::fs::create_dir(cut.path().join("checkpoint")).unwrap();
-    for kind in ["model", "optim", "scheduler"] {
-        let name = format!("{kind}-1.mpk");
-        let checkpoint = |dir: &Path| dir.join("checkpoint").join(&name);
-        std::fs::copy(checkpoint(full.path()), checkpoint(cut.path())).unwrap();
-    }
-    let resumed = run_or_resume(&config, cut.path(), true).unwrap();
+    let uninterrupted = run(&config, full.path(), false).unwrap();
+    let cut = common::stopped_after(full.path(), 1);
+    let resumed = run(&config, cut.path(), true).unwrap();
     let logits = |m: &Mamba2Lm<Inner>| m.forward(ids(), None).unwrap().0.into_data();
     assert_eq!(logits(&resumed), logits(&uninterrupted));
     // the weights moved: a resume that started from the folder again would differ
@@ -212,7 +184,7 @@ fn a_hybrid_run_starts_from_the_folders_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let folder = crate::hybrid_files::root_fixture("granite_dense");
     let config = still(HybridTrainingConfig::from_checkpoint(&folder).unwrap());
-    let tuned: HybridLm<Inner> = run(&config, tmp.path()).unwrap();
+    let tuned: HybridLm<Inner> = run(&config, tmp.path(), false).unwrap();
     let loaded: HybridLm<Inner> = load_hybrid(&folder, &dev).unwrap();
     let expected = loaded.forward(ids(), None).unwrap().0.into_data();
     assert_eq!(
@@ -245,6 +217,7 @@ fn a_hybrid_run_starts_from_the_folders_weights() {
             ..config
         },
         &tmp.path().join("other"),
+        false,
     )
     .unwrap_err();
     assert!(

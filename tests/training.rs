@@ -139,23 +139,7 @@ fn resumed_run_reaches_the_same_weights() {
     let uninterrupted = train(&config, full.path(), false).unwrap();
 
     // a run that stopped during epoch 3: the checkpoint of epoch 2 is the last one
-    let cut = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        full.path().join("config.json"),
-        cut.path().join("config.json"),
-    )
-    .unwrap();
-    std::fs::create_dir(cut.path().join("checkpoint")).unwrap();
-    for epoch in [2] {
-        for kind in ["model", "optim", "scheduler"] {
-            let name = format!("{kind}-{epoch}.mpk");
-            std::fs::copy(
-                full.path().join("checkpoint").join(&name),
-                cut.path().join("checkpoint").join(&name),
-            )
-            .unwrap();
-        }
-    }
+    let cut = common::stopped_after(full.path(), 2);
     let resumed = train(&config, cut.path(), true).unwrap();
     // With the generator held by this test, a run repeats bit for bit (the same weights, the
     // same batches in the same order, the same operations), and so must a resumed one; a resume

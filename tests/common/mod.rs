@@ -69,3 +69,17 @@ pub fn copy_lm_config(epochs: usize, lr: f64) -> LmTrainingConfig {
         )
         .with_ignore_index(Some(copy::NOISE as usize))
 }
+
+/// The artifacts of the run in `full` as they were when it stopped during epoch `epoch + 1`:
+/// its `config.json` and the checkpoint of epoch `epoch`, the last complete one.
+pub fn stopped_after(full: &std::path::Path, epoch: usize) -> tempfile::TempDir {
+    let cut = tempfile::tempdir().unwrap();
+    std::fs::copy(full.join("config.json"), cut.path().join("config.json")).unwrap();
+    std::fs::create_dir(cut.path().join("checkpoint")).unwrap();
+    for kind in ["model", "optim", "scheduler"] {
+        let name = format!("{kind}-{epoch}.mpk");
+        let checkpoint = |dir: &std::path::Path| dir.join("checkpoint").join(&name);
+        std::fs::copy(checkpoint(full), checkpoint(cut.path())).unwrap();
+    }
+    cut
+}
