@@ -233,14 +233,16 @@ pub fn run<B: SsdAutodiffBackend>(
     let data = task_data(args, &d, seq_len)?;
     let batch_size = args.batch_size.unwrap_or(d.batch_size);
     let epochs = epochs_for(args, &d, data.train.len(), batch_size);
-    let run = RunConfig::new(args.lr.unwrap_or(d.lr))
+    let mut run = RunConfig::new(args.lr.unwrap_or(d.lr))
         .with_optimizer(optimizer(args))
-        .with_warmup_fraction(args.warmup.unwrap_or(RunConfig::new(0.0).warmup_fraction))
         .with_batch_size(batch_size)
         .with_epochs(epochs)
         .with_seed(args.seed)
         .with_step_threads(step_threads(args))
         .with_mixed_precision(args.mixed_precision());
+    if let Some(warmup) = args.warmup {
+        run = run.with_warmup_fraction(warmup);
+    }
     let text = |e: mamba2_burn::Mamba2Error| e.to_string();
     if let Some(dir) = &args.init_from {
         let run = (run, Some(dir.as_path()));
