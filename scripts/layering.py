@@ -19,7 +19,7 @@ import sys
 # Lowest first. A module may use those before it; within `layers`, the order of its files.
 LEVELS = [
     "error", "precision", "cubecl_setup", "init", "ssd",
-    "layers::activation", "layers::norm", "layers::documents", "layers::state",
+    "layers::activation", "layers::norm", "layers::documents", "layers::state", "layers::lora",
     "layers::mixer", "layers::rope", "layers::attention", "layers::mlp", "layers::moe", "layers::block", "layers::backbone", "layers",
     "models", "sampling", "tokenizer", "recurrent", "generate", "checkpoint", "data", "train",
 ]

@@ -30,7 +30,7 @@ fn still<M: LmConfig>(config: LanguageModelTraining<M>) -> LanguageModelTraining
     )
 }
 
-fn ids() -> Tensor<Inner, 2, Int> {
+pub(crate) fn ids() -> Tensor<Inner, 2, Int> {
     let rows: Vec<i64> = (0..24).map(|t| (t * 7 + 3) % 10).collect();
     Tensor::from_data(
         burn::tensor::TensorData::new(rows, [2, 12]),
@@ -40,7 +40,7 @@ fn ids() -> Tensor<Inner, 2, Int> {
 
 /// Trains `config` on the copy task into `dir`, continuing from its last checkpoint with
 /// `resume`.
-fn run<M: LmConfig>(
+pub(crate) fn run<M: LmConfig>(
     config: &LanguageModelTraining<M>,
     dir: &Path,
     resume: bool,

@@ -25,6 +25,7 @@ mod hybrid;
 mod hybrid_files;
 mod hybrid_training;
 mod kill;
+mod lora;
 mod mixed;
 mod moe;
 mod paths;

@@ -60,8 +60,17 @@ pub(super) fn save_pytorch_layout<B: Backend>(
 /// Writes `tensors` as `dir/model.safetensors` (metadata `format: pt`), beside its place first
 /// and renamed into it; each tensor's bytes are made as the writer reaches it.
 pub(super) fn write_safetensors(dir: &Path, tensors: Vec<(String, Lazy)>) -> Result<PathBuf> {
-    let file = dir.join("model.safetensors");
-    let partial = dir.join(".model.safetensors.partial");
+    write_safetensors_as(dir, "model.safetensors", tensors)
+}
+
+/// Writes `tensors` as `dir/{name}`, as [`write_safetensors`] does.
+pub(super) fn write_safetensors_as(
+    dir: &Path,
+    name: &str,
+    tensors: Vec<(String, Lazy)>,
+) -> Result<PathBuf> {
+    let file = dir.join(name);
+    let partial = dir.join(format!(".{name}.partial"));
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     ::safetensors::tensor::serialize_to_file(tensors, Some(metadata), &partial)
         .map_err(|e| Mamba2Error::file(&partial, e))?;

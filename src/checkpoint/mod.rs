@@ -24,6 +24,7 @@ mod config;
 mod export;
 mod hf;
 mod hybrid;
+mod peft;
 pub(crate) mod record;
 mod region;
 mod safetensors;
@@ -49,6 +50,7 @@ pub use hybrid::{
     hybrid_preset, hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config,
     save_hybrid, HybridSpec, HybridTensorName, HYBRID_PRESETS,
 };
+pub use peft::{save_hybrid_lora_adapter, save_lora_adapter};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;
 
@@ -140,13 +142,22 @@ pub fn load_backbone<B: Backend>(
 /// The safetensors files hold every parameter in the model's float type, linear weights as
 /// PyTorch's `[out, in]`, tied embeddings once, with metadata `format: pt`. [`load_lm`] reads
 /// all three back. A model the format cannot describe (a `D` per channel for transformers,
-/// two norm epsilons for either) is a config error, and nothing is written.
+/// two norm epsilons for either) is a config error, and nothing is written. Low-rank adapters
+/// ([`Mamba2Lm::with_lora`]) are written folded into their weights.
 pub fn save_checkpoint<B: Backend>(
     model: &Mamba2Lm<B>,
     config: &Mamba2LmConfig,
     dir: impl AsRef<Path>,
     format: CheckpointFormat,
 ) -> Result<PathBuf> {
+    // low-rank updates are written folded into their weights
+    let merged;
+    let model = if model.has_lora() {
+        merged = model.clone().merge_lora();
+        &merged
+    } else {
+        model
+    };
     match format {
         CheckpointFormat::Burn => save_lm(model, config, dir),
         other => export::save_pytorch_layout(model, config, dir.as_ref(), other),
@@ -160,6 +171,14 @@ pub fn save_lm<B: Backend>(
     config: &Mamba2LmConfig,
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
+    // low-rank updates are written folded into their weights
+    let merged;
+    let model = if model.has_lora() {
+        merged = model.clone().merge_lora();
+        &merged
+    } else {
+        model
+    };
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;
     save_config(config, &dir.join("config.json"))?;

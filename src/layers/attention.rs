@@ -11,6 +11,7 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::init::ParamInit;
 use crate::layers::activation::softmax;
 use crate::layers::documents::Documents;
+use crate::layers::lora::{adapted, merge, Lora, LoraConfig};
 use crate::layers::rope::{RotaryEmbedding, RotaryEmbeddingConfig};
 use crate::precision::{cast_to, reshape_via_flat, upcast};
 
@@ -107,6 +108,10 @@ impl AttentionConfig {
             k_proj: init.linear(d, kv, self.bias, 1.0),
             v_proj: init.linear(d, kv, self.bias, 1.0),
             o_proj: init.linear(q, d, self.bias, 1.0),
+            q_proj_lora: None,
+            k_proj_lora: None,
+            v_proj_lora: None,
+            o_proj_lora: None,
             rope: self.rope.as_ref().map(|r| r.init()).transpose()?,
             d_model: self.d_model,
             n_heads: self.n_heads,
@@ -160,6 +165,15 @@ pub struct Attention<B: Backend> {
     pub v_proj: Linear<B>,
     /// `n_heads · head_dim → d_model`.
     pub o_proj: Linear<B>,
+    /// Low-rank updates of the four projections (fine-tuning;
+    /// [`with_lora`](Self::with_lora)).
+    pub q_proj_lora: Option<Lora<B>>,
+    /// See `q_proj_lora`.
+    pub k_proj_lora: Option<Lora<B>>,
+    /// See `q_proj_lora`.
+    pub v_proj_lora: Option<Lora<B>>,
+    /// See `q_proj_lora`.
+    pub o_proj_lora: Option<Lora<B>>,
     rope: Option<RotaryEmbedding>,
     d_model: usize,
     n_heads: usize,
@@ -173,6 +187,37 @@ impl<B: Backend> Attention<B> {
     /// Width of the input.
     pub fn d_model(&self) -> usize {
         self.d_model
+    }
+
+    /// The layer with low-rank updates on the projections that `lora` targets (`q_proj`,
+    /// `k_proj`, `v_proj`, `o_proj`), in place of any it had.
+    pub fn with_lora(mut self, lora: &LoraConfig) -> crate::error::Result<Self> {
+        self.q_proj_lora = lora.init_for("q_proj", &self.q_proj)?;
+        self.k_proj_lora = lora.init_for("k_proj", &self.k_proj)?;
+        self.v_proj_lora = lora.init_for("v_proj", &self.v_proj)?;
+        self.o_proj_lora = lora.init_for("o_proj", &self.o_proj)?;
+        Ok(self)
+    }
+
+    /// The layer with its low-rank updates folded into the projections' weights.
+    pub fn merge_lora(mut self) -> Self {
+        self.q_proj = merge(self.q_proj, &mut self.q_proj_lora);
+        self.k_proj = merge(self.k_proj, &mut self.k_proj_lora);
+        self.v_proj = merge(self.v_proj, &mut self.v_proj_lora);
+        self.o_proj = merge(self.o_proj, &mut self.o_proj_lora);
+        self
+    }
+
+    /// Whether the layer holds a low-rank update.
+    pub fn has_lora(&self) -> bool {
+        [
+            &self.q_proj_lora,
+            &self.k_proj_lora,
+            &self.v_proj_lora,
+            &self.o_proj_lora,
+        ]
+        .iter()
+        .any(|l| l.is_some())
     }
 
     /// Checks the input's width.
@@ -251,12 +296,12 @@ impl<B: Backend> Attention<B> {
         let [b, l, _] = x.dims();
         let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let past = cache.as_ref().map_or(0, KvCache::len);
-        let mut q = split_heads(self.q_proj.forward(x.clone()), h, hd);
-        let mut k = split_heads(self.k_proj.forward(x.clone()), kv, hd);
+        let mut q = split_heads(adapted(&self.q_proj, &self.q_proj_lora, x.clone()), h, hd);
+        let mut k = split_heads(adapted(&self.k_proj, &self.k_proj_lora, x.clone()), kv, hd);
         if self.key_multiplier != 1.0 {
             k = k * self.key_multiplier;
         }
-        let v = split_heads(self.v_proj.forward(x), kv, hd);
+        let v = split_heads(adapted(&self.v_proj, &self.v_proj_lora, x), kv, hd);
         if let Some(rope) = &self.rope {
             // one table for q and k
             let tables = match positions {
@@ -288,7 +333,8 @@ impl<B: Backend> Attention<B> {
         let probs = cast_to(softmax(scores, 3), v.dtype());
         let out = merge_heads(probs.matmul(v.clone()).reshape([b, h, l, hd]));
         debug_assert_eq!(k.dims()[2], t);
-        (self.o_proj.forward(out), KvCache { key: k, value: v })
+        let out = adapted(&self.o_proj, &self.o_proj_lora, out);
+        (out, KvCache { key: k, value: v })
     }
 }
 

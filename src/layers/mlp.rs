@@ -9,6 +9,7 @@ use burn::tensor::{activation::relu, backend::Backend, Tensor};
 use crate::error::Mamba2Error;
 use crate::init::ParamInit;
 use crate::layers::activation::silu;
+use crate::layers::lora::{adapted, merge, Lora, LoraConfig};
 
 /// The activation of an [`Mlp`].
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -97,6 +98,9 @@ impl MlpConfig {
             gate: self.gated.then(|| init.linear(d, i, self.bias, 1.0)),
             up: init.linear(d, i, self.bias, 1.0),
             down: init.linear(i, d, self.bias, 1.0),
+            gate_lora: None,
+            up_lora: None,
+            down_lora: None,
             activation: self.activation,
             multipliers: self.multipliers,
         })
@@ -113,6 +117,13 @@ pub struct Mlp<B: Backend> {
     pub up: Linear<B>,
     /// `d_hidden → d_model`.
     pub down: Linear<B>,
+    /// Low-rank updates of `gate`, `up` and `down` (fine-tuning;
+    /// [`with_lora`](Self::with_lora)).
+    pub gate_lora: Option<Lora<B>>,
+    /// See `gate_lora`.
+    pub up_lora: Option<Lora<B>>,
+    /// See `gate_lora`.
+    pub down_lora: Option<Lora<B>>,
     #[module(skip)]
     activation: MlpActivation,
     /// `(gate, down)` factors, not parameters.
@@ -126,13 +137,42 @@ impl<B: Backend> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let scaled = |t: Tensor<B, D>, f: f64| if f == 1.0 { t } else { t * f };
         let (gate_multiplier, down_multiplier) = self.multipliers;
+        let up = |x| adapted(&self.up, &self.up_lora, x);
         let hidden = match &self.gate {
             Some(gate) => {
-                let g = scaled(gate.forward(x.clone()), gate_multiplier);
-                self.activation.forward(g) * self.up.forward(x)
+                let g = adapted(gate, &self.gate_lora, x.clone());
+                self.activation.forward(scaled(g, gate_multiplier)) * up(x)
             }
-            None => self.activation.forward(self.up.forward(x)),
+            None => self.activation.forward(up(x)),
         };
-        scaled(self.down.forward(hidden), down_multiplier)
+        scaled(
+            adapted(&self.down, &self.down_lora, hidden),
+            down_multiplier,
+        )
+    }
+
+    /// The layer with low-rank updates on the projections that `lora` targets (`gate`, where
+    /// the layer is gated, `up`, `down`), in place of any it had.
+    pub fn with_lora(mut self, lora: &LoraConfig) -> crate::error::Result<Self> {
+        self.gate_lora = match &self.gate {
+            Some(gate) => lora.init_for("gate", gate)?,
+            None => None,
+        };
+        self.up_lora = lora.init_for("up", &self.up)?;
+        self.down_lora = lora.init_for("down", &self.down)?;
+        Ok(self)
+    }
+
+    /// Whether the layer holds a low-rank update.
+    pub fn has_lora(&self) -> bool {
+        self.gate_lora.is_some() || self.up_lora.is_some() || self.down_lora.is_some()
+    }
+
+    /// The layer with its low-rank updates folded into the projections' weights.
+    pub fn merge_lora(mut self) -> Self {
+        self.gate = self.gate.map(|g| merge(g, &mut self.gate_lora));
+        self.up = merge(self.up, &mut self.up_lora);
+        self.down = merge(self.down, &mut self.down_lora);
+        self
     }
 }

@@ -1,8 +1,8 @@
 //! The layers of the models, each depending only on those listed before it: the activations,
-//! the RMS norms, packed documents, the recurrent states, the mixer (one SSD layer), the residual
-//! block and the backbone (a stack of blocks); for the hybrid models, the rotary embedding,
-//! attention with its KV cache, the MLPs and the mixture of experts; low-rank adapters for
-//! fine-tuning a linear layer.
+//! the RMS norms, packed documents, the recurrent states, low-rank adapters (fine-tuning), the
+//! mixer (one SSD layer), the residual block and the backbone (a stack of blocks); for the
+//! hybrid models, the rotary embedding, attention with its KV cache, the MLPs and the mixture
+//! of experts.
 
 pub mod activation;
 pub(crate) mod attention;

@@ -7,6 +7,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use crate::error::Mamba2Error;
 use crate::layers::activation::softplus_f32;
 use crate::layers::backbone::Mamba2Backbone;
+use crate::layers::lora::merged;
 use crate::layers::mixer::{DtLimit, Mamba2};
 use crate::layers::norm::{RmsNorm, RmsNormGated};
 
@@ -350,7 +351,7 @@ impl CpuMixer {
     pub fn from_mixer<B: Backend>(m: &Mamba2<B>) -> Self {
         let conv_dim = m.conv_dim();
         Self {
-            in_proj: CpuLinear::from_linear(&m.in_proj),
+            in_proj: CpuLinear::from_linear(&merged(&m.in_proj, &m.in_proj_lora)),
             conv: CpuConv {
                 weight: host(m.conv1d.weight.val().reshape([conv_dim * m.d_conv])),
                 bias: m.conv1d.bias.as_ref().map(host_param),
@@ -367,7 +368,7 @@ impl CpuMixer {
                 g: m.ngroups,
             },
             gate: CpuGate::from_mixer(m),
-            out_proj: CpuLinear::from_linear(&m.out_proj),
+            out_proj: CpuLinear::from_linear(&merged(&m.out_proj, &m.out_proj_lora)),
             d_inner: m.d_inner,
         }
     }

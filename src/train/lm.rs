@@ -22,6 +22,7 @@ use crate::checkpoint::{
 };
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
+use crate::layers::lora::LoraConfig;
 use crate::models::hybrid::HybridLm;
 use crate::models::lm::{check_in_vocab, Mamba2Lm, Mamba2LmConfig};
 use crate::ssd::{SsdAutodiffBackend, SsdBackend};
@@ -41,6 +42,15 @@ pub trait LmConfig:
 
     /// The token ids the model takes: `0..vocab`.
     fn vocab(&self) -> crate::error::Result<usize>;
+
+    /// `model` prepared for fine-tuning with low-rank adapters: its parameters frozen, updates
+    /// beside the projections `lora` targets ([`Mamba2Lm::with_lora`],
+    /// [`HybridLm::with_lora`]).
+    fn with_lora<B: Backend>(
+        &self,
+        model: Self::Model<B>,
+        lora: &LoraConfig,
+    ) -> crate::error::Result<Self::Model<B>>;
 
     /// A model with fresh weights on `device`.
     fn init_model<B: SsdBackend>(&self, device: &B::Device)
@@ -77,6 +87,14 @@ impl LmConfig for Mamba2LmConfig {
 
     fn vocab(&self) -> crate::error::Result<usize> {
         Ok(self.padded_vocab_size())
+    }
+
+    fn with_lora<B: Backend>(
+        &self,
+        model: Mamba2Lm<B>,
+        lora: &LoraConfig,
+    ) -> crate::error::Result<Mamba2Lm<B>> {
+        model.with_lora(lora)
     }
 
     fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<Mamba2Lm<B>> {
@@ -120,6 +138,14 @@ impl LmConfig for HybridSpec {
 
     fn vocab(&self) -> crate::error::Result<usize> {
         Ok(self.config()?.vocab_size)
+    }
+
+    fn with_lora<B: Backend>(
+        &self,
+        model: HybridLm<B>,
+        lora: &LoraConfig,
+    ) -> crate::error::Result<HybridLm<B>> {
+        model.with_lora(lora)
     }
 
     fn init_model<B: SsdBackend>(&self, device: &B::Device) -> crate::error::Result<HybridLm<B>> {
@@ -202,6 +228,11 @@ pub struct LanguageModelTraining<M> {
     /// weights ([`LmConfig::init_model`]). Default: None.
     #[serde(default)]
     pub init_from: Option<PathBuf>,
+    /// Low-rank adapters to train in place of the model's weights, which stay frozen (LoRA:
+    /// the optimizer keeps state for the adapters alone); `model/` gets them folded into the
+    /// weights. `None`: every parameter trains. Default: None.
+    #[serde(default)]
+    pub lora: Option<LoraConfig>,
 }
 
 /// The peak learning rate of a language-model run unless set.
@@ -221,6 +252,7 @@ impl<M: LmConfig> LanguageModelTraining<M> {
             run: RunConfig::new(DEFAULT_LR),
             ignore_index: None,
             init_from: None,
+            lora: None,
         }
     }
 
@@ -234,6 +266,13 @@ impl<M: LmConfig> LanguageModelTraining<M> {
     /// With the run's weights starting from this checkpoint folder (`None`: fresh weights).
     pub fn with_init_from(mut self, dir: Option<PathBuf>) -> Self {
         self.init_from = dir;
+        self
+    }
+
+    /// With low-rank adapters trained in place of the weights (`None`: every parameter
+    /// trains).
+    pub fn with_lora(mut self, lora: Option<LoraConfig>) -> Self {
+        self.lora = lora;
         self
     }
 
@@ -324,9 +363,18 @@ where
         resume,
         progress,
     };
-    let init = |device: &B::Device| match &config.init_from {
-        Some(dir) => config.model.load_model::<B>(dir, device),
-        None => config.model.init_model::<B>(device),
+    if let Some(lora) = &config.lora {
+        lora.validate()?;
+    }
+    let init = |device: &B::Device| {
+        let model = match &config.init_from {
+            Some(dir) => config.model.load_model::<B>(dir, device),
+            None => config.model.init_model::<B>(device),
+        }?;
+        match &config.lora {
+            Some(lora) => config.model.with_lora(model, lora),
+            None => Ok(model),
+        }
     };
     let model = launch(&run, config, init, data, devices.into(), |training, _| {
         training

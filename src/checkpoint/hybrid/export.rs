@@ -24,12 +24,21 @@ use crate::models::hybrid::{HybridConfig, HybridLm};
 /// in that family's files, in the model's float type (other float types as `f32`). A tied head
 /// is not written: transformers stores the embedding once. `config_json` must describe the
 /// model (its layer kinds and its parameter count), or nothing is written and the error says
-/// what differs. Returns the weights file.
+/// what differs. Low-rank adapters ([`HybridLm::with_lora`]) are written folded into their
+/// weights. Returns the weights file.
 pub fn save_hybrid<B: Backend>(
     model: &HybridLm<B>,
     config_json: &str,
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
+    // low-rank updates are written folded into their weights
+    let merged;
+    let model = if model.has_lora() {
+        merged = model.clone().merge_lora();
+        &merged
+    } else {
+        model
+    };
     let dir = dir.as_ref();
     let config_file = dir.join("config.json");
     let (value, writer) = parse_json(config_json, &config_file)?;

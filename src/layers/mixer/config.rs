@@ -320,6 +320,8 @@ impl Mamba2Config {
                 self.has_out_proj_bias(),
                 out_proj_scale,
             ),
+            in_proj_lora: None,
+            out_proj_lora: None,
             d_model: self.d_model,
             d_inner,
             d_state: self.d_state,

@@ -6,6 +6,7 @@ use super::layer::Mamba2;
 use crate::error::{check_shape, Mamba2Error};
 use crate::layers::activation::{silu, softplus, softplus_clamped};
 use crate::layers::documents::Documents;
+use crate::layers::lora::plus_update;
 use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat, upcast};
 use crate::ssd::ssd_step;
@@ -125,12 +126,14 @@ impl<B: Backend> Mamba2<B> {
         // one product over all tokens rather than one per batch row
         let gated = self.gate(y.reshape([b, l, self.d_inner]), z);
         let out_proj = &self.out_proj;
+        let gated = gated.reshape([b * l, self.d_inner]);
         let y = projection(
-            gated.reshape([b * l, self.d_inner]),
+            gated.clone(),
             out_proj.weight.val(),
             out_proj.bias.as_ref().map(|b| b.val()),
             self.fused_kernels,
         );
+        let y = plus_update(y, &self.out_proj_lora, gated);
         Ok((
             y.reshape([b, l, self.d_model]),
             Mamba2State {
@@ -165,7 +168,7 @@ impl<B: Backend> Mamba2<B> {
         );
 
         // one product for the single token (five would cost five launches), then its slices
-        let zxbcdt = self.in_proj.forward(x);
+        let zxbcdt = plus_update(self.in_proj.forward(x.clone()), &self.in_proj_lora, x);
         let zxbcdt = match self.in_proj_multipliers {
             Some(m) => {
                 let factors = self.piece_factors(m, &zxbcdt);
@@ -203,7 +206,12 @@ impl<B: Backend> Mamba2<B> {
         let (y, ssm_state) = ssd_step(xs.clone(), dt, self.a(), b_mat, c_mat, state.ssm);
         let y = y + xs * self.d_skip().unsqueeze::<3>();
         let gated = self.gate(y.reshape([b, 1, self.d_inner]), z.unsqueeze_dim::<3>(1));
-        let y = self.out_proj.forward(gated.reshape([b, self.d_inner]));
+        let gated = gated.reshape([b, self.d_inner]);
+        let y = plus_update(
+            self.out_proj.forward(gated.clone()),
+            &self.out_proj_lora,
+            gated,
+        );
         Ok((
             y,
             Mamba2State {
@@ -236,7 +244,11 @@ impl<B: Backend> Mamba2<B> {
                 w
             };
             let bias = bias.clone().map(|b| b.narrow(0, start, len));
-            projection(x.clone(), w, bias, self.fused_kernels)
+            let y = projection(x.clone(), w, bias, self.fused_kernels);
+            match &self.in_proj_lora {
+                Some(lora) => y + lora.forward_columns(x.clone(), start, len),
+                None => y,
+            }
         };
         let (d_inner, gn) = (self.d_inner, self.ngroups * self.d_state);
         let m = self.in_proj_multipliers.unwrap_or([1.0; 5]);

@@ -7,6 +7,7 @@ use burn::tensor::{backend::Backend, Tensor};
 
 use super::dt_limit::DtLimit;
 use crate::error::{check_shape, Mamba2Error};
+use crate::layers::lora::{merge, Lora, LoraConfig};
 use crate::layers::norm::RmsNormGated;
 use crate::layers::state::Mamba2State;
 use crate::ssd::FusedKernels;
@@ -33,6 +34,10 @@ pub struct Mamba2<B: Backend> {
     pub norm: Option<RmsNormGated<B>>,
     /// `d_inner → d_model`.
     pub out_proj: Linear<B>,
+    /// A low-rank update of `in_proj` (fine-tuning; [`with_lora`](Self::with_lora)).
+    pub in_proj_lora: Option<Lora<B>>,
+    /// A low-rank update of `out_proj`.
+    pub out_proj_lora: Option<Lora<B>>,
     pub(crate) d_model: usize,
     pub(crate) d_inner: usize,
     pub(crate) d_state: usize,
@@ -120,6 +125,26 @@ impl<B: Backend> Mamba2<B> {
             ],
             "b, h, p, n",
         )
+    }
+
+    /// The layer with low-rank updates on the projections that `lora` targets (`in_proj`,
+    /// `out_proj`), in place of any it had; its other parameters are left as they are.
+    pub fn with_lora(mut self, lora: &LoraConfig) -> crate::error::Result<Self> {
+        self.in_proj_lora = lora.init_for("in_proj", &self.in_proj)?;
+        self.out_proj_lora = lora.init_for("out_proj", &self.out_proj)?;
+        Ok(self)
+    }
+
+    /// The layer with its low-rank updates folded into the projections' weights.
+    pub fn merge_lora(mut self) -> Self {
+        self.in_proj = merge(self.in_proj, &mut self.in_proj_lora);
+        self.out_proj = merge(self.out_proj, &mut self.out_proj_lora);
+        self
+    }
+
+    /// Whether the layer holds a low-rank update.
+    pub fn has_lora(&self) -> bool {
+        self.in_proj_lora.is_some() || self.out_proj_lora.is_some()
     }
 
     /// The bounds of `dt` (stored as a pair: a module field must be a module or a constant).
