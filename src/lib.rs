@@ -78,7 +78,9 @@ pub use layers::attention::{Attention, AttentionConfig, KvCache, PackedTokens};
 pub use layers::backbone::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2BackboneRecord};
 pub use layers::block::{Mamba2Block, Mamba2BlockConfig, Mamba2BlockRecord};
 pub use layers::documents::Documents;
-pub use layers::lora::{Lora, LoraConfig, LoraLinear, LoraLinearRecord, LoraRecord, LORA_TARGETS};
+pub use layers::lora::{
+    Lora, LoraConfig, LoraLinear, LoraLinearRecord, LoraRecord, DEFAULT_LORA_TARGETS, LORA_TARGETS,
+};
 pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use layers::mlp::{Mlp, MlpActivation, MlpConfig};
 pub use layers::moe::{Moe, MoeConfig, RouterKind};

@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use mamba2_burn::checkpoint::{HybridSpec, HYBRID_PRESETS};
 use mamba2_burn::data::text::BYTE_VOCAB;
 use mamba2_burn::train::{Mamba2OptimizerConfig, MixedPrecision, ProgressMode};
-use mamba2_burn::{Mamba2BackboneConfig, Mamba2Config};
+use mamba2_burn::{LoraConfig, Mamba2BackboneConfig, Mamba2Config, Mamba2Error};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Task {
@@ -94,6 +94,22 @@ pub struct Args {
     /// learning rate for trained weights: 3e-4.
     #[arg(long)]
     pub init_from: Option<PathBuf>,
+    /// LM, with --init-from: train low-rank adapters (LoRA) of this rank in place of the
+    /// model's weights, which stay frozen; the run's `model/` gets them merged into the
+    /// weights, `adapter/` in PEFT's layout. The default learning rate with adapters: 1e-3.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA: the update's scale is alpha / rank (default 16).
+    #[arg(long, requires = "lora_rank")]
+    pub lora_alpha: Option<f64>,
+    /// LoRA: dropout on the adapters' input (default 0).
+    #[arg(long, requires = "lora_rank")]
+    pub lora_dropout: Option<f64>,
+    /// LoRA: the projections adapted, as `in_proj,q_proj` (default: every one the model has of
+    /// `in_proj`, `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate`, `up`, `down`; `out_proj` too
+    /// when named, though PEFT refuses it on transformers' Mamba-2, Falcon-H1 and Nemotron-H).
+    #[arg(long, requires = "lora_rank", value_delimiter = ',')]
+    pub lora_targets: Option<Vec<String>>,
     /// LM: tokenize --text with this `tokenizer.json` (the `tokenizer` feature; default: the
     /// --init-from folder's, if it has one; else --text is read as bytes).
     #[arg(long)]
@@ -456,6 +472,34 @@ fn mamba2_size_flag(args: &Args) -> Option<&'static str> {
 /// Fine-tuning's peak learning rate: a tenth of a fresh model's, which keeps most of the gain on
 /// the new text at a third of the loss on the old (docs/training-notes.md, Fine-tuning).
 pub const FINE_TUNE_LR: f64 = 3e-4;
+
+/// The peak learning rate of a LoRA fine-tune (docs/training-notes.md, Fine-tuning).
+pub const LORA_LR: f64 = 1e-3;
+
+/// The adapters of `--lora-rank` and its companions, checked.
+pub fn lora_config(args: &Args) -> Result<Option<LoraConfig>, String> {
+    let Some(rank) = args.lora_rank else {
+        return Ok(None);
+    };
+    if args.init_from.is_none() {
+        return Err("--lora-rank adapts a trained model: give it with --init-from".into());
+    }
+    let mut lora = LoraConfig::new(rank);
+    if let Some(alpha) = args.lora_alpha {
+        lora = lora.with_alpha(alpha);
+    }
+    if let Some(dropout) = args.lora_dropout {
+        lora = lora.with_dropout(dropout);
+    }
+    if let Some(targets) = &args.lora_targets {
+        lora = lora.with_targets(targets.clone());
+    }
+    lora.validate().map_err(|e| match e {
+        Mamba2Error::InvalidConfig { field, reason } => format!("--lora-{field}: {reason}"),
+        other => other.to_string(),
+    })?;
+    Ok(Some(lora))
+}
 
 /// Checks the flags of a fine-tune (`--init-from`): the LM task, the folder's model.
 pub fn check_fine_tune(args: &Args) -> Result<(), String> {

@@ -16,13 +16,13 @@ use mamba2_burn::train::{
     evaluate_lm, train_lm, LanguageModel, LanguageModelTraining, LmBatch, LmConfig, RunConfig,
     SupervisedModel, TrainDevices,
 };
-use mamba2_burn::Mamba2LmConfig;
 use mamba2_burn::SsdAutodiffBackend;
+use mamba2_burn::{LoraConfig, Mamba2LmConfig};
 
 use crate::args::{
     artifacts_dir, backbone_config, check_fine_tune, defaults, epochs_for, hybrid_spec,
-    mqar_epochs, optimizer, progress_mode, step_threads, unescape, Args, Defaults, Preset, Task,
-    FINE_TUNE_LR,
+    lora_config, mqar_epochs, optimizer, progress_mode, step_threads, unescape, Args, Defaults,
+    Preset, Task, FINE_TUNE_LR, LORA_LR,
 };
 
 type Data = Box<dyn Dataset<SequenceItem>>;
@@ -225,9 +225,14 @@ pub fn run<B: SsdAutodiffBackend>(
         // always outlast (docs/hybrids.md, Training)
         d.epochs = mqar_epochs(&args.model, d.epochs);
     }
+    let lora = lora_config(args)?;
     if args.init_from.is_some() {
         check_fine_tune(args)?;
-        d.lr = FINE_TUNE_LR;
+        d.lr = if lora.is_some() {
+            LORA_LR
+        } else {
+            FINE_TUNE_LR
+        };
     }
     let seq_len = args.seq_len.unwrap_or(d.seq_len);
     let data = task_data(args, &d, seq_len)?;
@@ -245,7 +250,7 @@ pub fn run<B: SsdAutodiffBackend>(
     }
     let text = |e: mamba2_burn::Mamba2Error| e.to_string();
     if let Some(dir) = &args.init_from {
-        let run = (run, Some(dir.as_path()));
+        let run = (run, Some(dir.as_path()), lora);
         return match is_hybrid_folder(dir).map_err(text)? {
             true => {
                 let model = HybridSpec::from_folder(dir).map_err(text)?;
@@ -258,21 +263,21 @@ pub fn run<B: SsdAutodiffBackend>(
         };
     }
     match hybrid_spec(args, data.vocab)? {
-        Some(spec) => train_and_score(args, spec, (run, None), data, devices, start),
+        Some(spec) => train_and_score(args, spec, (run, None, None), data, devices, start),
         None => {
             let model = Mamba2LmConfig::new(backbone_config(args, &d)?, data.vocab)
                 .with_pad_vocab_size_multiple(8);
-            train_and_score(args, model, (run, None), data, devices, start)
+            train_and_score(args, model, (run, None, None), data, devices, start)
         }
     }
 }
 
-/// Trains the model of `model` on `data` (from the weights of the folder `run.1`, if any) and
-/// prints its held-out scores.
+/// Trains the model of `model` on `data` (from the weights of the folder `run.1`, if any, with
+/// the low-rank adapters `run.2`, if any) and prints its held-out scores.
 fn train_and_score<B, M>(
     args: &Args,
     model: M,
-    (run, init_from): (RunConfig, Option<&Path>),
+    (run, init_from, lora): (RunConfig, Option<&Path>, Option<LoraConfig>),
     data: TaskData,
     devices: TrainDevices<B>,
     start: Instant,
@@ -295,7 +300,8 @@ where
     let config = LanguageModelTraining::new(model)
         .with_run(run)
         .with_ignore_index(data.ignore_index)
-        .with_init_from(init_from.map(Path::to_path_buf));
+        .with_init_from(init_from.map(Path::to_path_buf))
+        .with_lora(lora);
     let task_name = format!("{:?}", args.task).to_lowercase();
     let artifacts = artifacts_dir(args, &task_name);
     let model_name = match init_from {

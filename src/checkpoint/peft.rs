@@ -24,7 +24,7 @@ use super::record::write_atomic;
 use super::safetensors::pytorch_name;
 use crate::error::{Mamba2Error, Result};
 use crate::layers::lora::LoraConfig;
-use crate::models::hybrid::{HybridConfig, HybridLm};
+use crate::models::hybrid::{HybridConfig, HybridFamily, HybridLm};
 use crate::models::lm::Mamba2Lm;
 
 /// Writes the low-rank adapters of `model` (a [`Mamba2Lm`] fine-tuned with `lora`) to `dir` in
@@ -51,8 +51,8 @@ pub fn save_lora_adapter<B: Backend>(
 }
 
 /// Writes the low-rank adapters of `model` (a [`HybridLm`] of `config`, fine-tuned with
-/// `lora`) to `dir` in PEFT's layout, its modules named as the family's transformers files
-/// name them; `base` is recorded as `base_model_name_or_path`. Returns the weights file.
+/// `lora`) to `dir` in PEFT's layout, its modules named as the family's model in
+/// transformers 5.25 names them; `base` is recorded as `base_model_name_or_path`. Returns the weights file.
 pub fn save_hybrid_lora_adapter<B: Backend>(
     model: &HybridLm<B>,
     config: &HybridConfig,
@@ -63,7 +63,14 @@ pub fn save_hybrid_lora_adapter<B: Backend>(
     let adapters = adapters(model)?;
     let modules = group(adapters, |linear| {
         let name = hybrid_tensor_name(config, &format!("{linear}.weight"));
-        (strip_weight(name.names[0].clone()), name.part)
+        let module = strip_weight(name.names[0].clone());
+        // PEFT names modules, not tensors: transformers 5.25 keeps Nemotron-H's files'
+        // `backbone.` tensors in its `model.` modules (renamed on load)
+        let module = match (config.family, module.strip_prefix("backbone.")) {
+            (HybridFamily::NemotronH, Some(rest)) => format!("model.{rest}"),
+            _ => module,
+        };
+        (module, name.part)
     });
     write(modules, lora, base, dir.as_ref())
 }
@@ -221,7 +228,9 @@ fn write(
             rank_pattern.insert(module.clone(), json!(blocks.of * lora.rank));
             alpha_pattern.insert(module.clone(), json!(blocks.of as f64 * lora.alpha));
         }
-        names.insert(module.rsplit('.').next().unwrap_or(module).to_string());
+        // whole names: a suffix (`input_linear`) would also match modules that are not
+        // adapted, some of which PEFT cannot adapt (Granite's experts)
+        names.insert(module.clone());
         for (side, data) in [("lora_A", a), ("lora_B", b)] {
             tensors.push((
                 format!("base_model.model.{module}.{side}.weight"),

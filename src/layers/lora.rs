@@ -6,9 +6,9 @@
 
 use burn::config::Config;
 use burn::module::{Module, Param};
-use burn::nn::{Dropout, DropoutConfig, Initializer, Linear};
+use burn::nn::{Dropout, DropoutConfig, Linear};
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{Distribution, Tensor};
 
 use crate::error::Mamba2Error;
 
@@ -17,6 +17,15 @@ use crate::error::Mamba2Error;
 /// `o_proj`; the MLPs' `gate`, `up` and `down`.
 pub const LORA_TARGETS: [&str; 9] = [
     "in_proj", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down",
+];
+
+/// The projections adapted unless a [`LoraConfig`] names others: the mixer's `in_proj`,
+/// attention's four, the MLPs' three. Not the mixer's `out_proj`, which PEFT (0.22) refuses to
+/// adapt in transformers' Mamba models (`mamba2`, `falcon_h1`, `nemotron_h`): their CUDA
+/// kernels read its weight directly, past any adapter. Name it to adapt it; the merged model
+/// carries it everywhere, PEFT's adapter files only where PEFT takes them.
+pub const DEFAULT_LORA_TARGETS: [&str; 8] = [
+    "in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down",
 ];
 
 /// Configuration of low-rank adapters: PEFT's `r`, `lora_alpha`, `lora_dropout` and
@@ -32,8 +41,8 @@ pub struct LoraConfig {
     #[config(default = 0.0)]
     pub dropout: f64,
     /// The projections adapted where a model has them (names of [`LORA_TARGETS`]). Default:
-    /// the mixer's `in_proj` and `out_proj`, attention's four and the MLPs' three.
-    #[config(default = "LORA_TARGETS.iter().map(|t| t.to_string()).collect()")]
+    /// [`DEFAULT_LORA_TARGETS`], every one but the mixer's `out_proj`.
+    #[config(default = "DEFAULT_LORA_TARGETS.iter().map(|t| t.to_string()).collect()")]
     pub targets: Vec<String>,
 }
 
@@ -112,15 +121,18 @@ impl LoraConfig {
         self.validate()?;
         // PEFT's `lora_A`: `nn.Linear`'s default init, kaiming_uniform(a = √5), which is
         // U(-1/√fan_in, 1/√fan_in) with fan_in = d_input
+        // Drawn now, not lazily as an `Initializer` would: a clone of a lazy parameter draws
+        // its own values, so a model cloned before its first forward (to export it, to fork
+        // it to a device) would hold other adapters than the original.
         let bound = 1.0 / (d_input as f64).sqrt();
-        let a = Initializer::Uniform {
-            min: -bound,
-            max: bound,
-        }
-        .init([d_input, self.rank], device);
+        let a = Tensor::random(
+            [d_input, self.rank],
+            Distribution::Uniform(-bound, bound),
+            device,
+        );
         Ok(Lora {
-            a,
-            b: Initializer::Zeros.init([self.rank, d_output], device),
+            a: Param::from_tensor(a),
+            b: Param::from_tensor(Tensor::zeros([self.rank, d_output], device)),
             dropout: DropoutConfig::new(self.dropout).init(),
             scaling: self.alpha / self.rank as f64,
         })
@@ -306,6 +318,15 @@ mod tests {
         merged
             .into_data()
             .assert_approx_eq::<f32>(&adapted.into_data(), Tolerance::absolute(1e-5));
+    }
+
+    /// A clone made before any forward holds the same adapter (a lazily drawn parameter
+    /// would draw again in the clone).
+    #[test]
+    fn a_clone_holds_the_same_adapter() {
+        let lora = adapter();
+        let copy = lora.clone();
+        assert_eq!(copy.lora.a.val().into_data(), lora.lora.a.val().into_data());
     }
 
     #[test]

@@ -18,7 +18,8 @@ use super::parallel::{parallel_map, split_rows};
 use super::run::{launch, ProgressMode, Run, RunData};
 use super::step::{LanguageModel, SupervisedModel};
 use crate::checkpoint::{
-    load_hybrid, load_lm, read_config, save_checkpoint, save_hybrid, CheckpointFormat, HybridSpec,
+    load_hybrid, load_lm, read_config, save_checkpoint, save_hybrid, save_hybrid_lora_adapter,
+    save_lora_adapter, CheckpointFormat, HybridSpec,
 };
 use crate::data::SequenceItem;
 use crate::error::Mamba2Error;
@@ -67,6 +68,18 @@ pub trait LmConfig:
         dir: &Path,
         device: &B::Device,
     ) -> crate::error::Result<Self::Model<B>>;
+
+    /// Writes the low-rank adapters of `model` (fine-tuned with `lora`) to the folder `dir` in
+    /// PEFT's layout, named as the files of the checkpoint folder `like` name the modules
+    /// where given, else as transformers' ([`save_lora_adapter`],
+    /// [`save_hybrid_lora_adapter`]).
+    fn save_adapter<B: Backend>(
+        &self,
+        model: &Self::Model<B>,
+        lora: &LoraConfig,
+        dir: &Path,
+        like: Option<&Path>,
+    ) -> crate::error::Result<()>;
 
     /// Writes `model` to the folder `dir`, in the layout of the checkpoint folder `like` where
     /// given (the folder a fine-tune started from), else in the model's own.
@@ -127,6 +140,21 @@ impl LmConfig for Mamba2LmConfig {
         };
         save_checkpoint(model, self, dir, format).map(drop)
     }
+
+    fn save_adapter<B: Backend>(
+        &self,
+        model: &Mamba2Lm<B>,
+        lora: &LoraConfig,
+        dir: &Path,
+        like: Option<&Path>,
+    ) -> crate::error::Result<()> {
+        let format = match like {
+            Some(folder) => read_config(folder)?.1,
+            None => CheckpointFormat::HuggingFace,
+        };
+        let base = like.map(|p| p.display().to_string());
+        save_lora_adapter(model, lora, format, base.as_deref(), dir).map(drop)
+    }
 }
 
 impl LmConfig for HybridSpec {
@@ -174,6 +202,17 @@ impl LmConfig for HybridSpec {
     ) -> crate::error::Result<()> {
         // a hybrid has one layout, transformers' folder of its family
         save_hybrid(model, &self.config_json, dir).map(drop)
+    }
+
+    fn save_adapter<B: Backend>(
+        &self,
+        model: &HybridLm<B>,
+        lora: &LoraConfig,
+        dir: &Path,
+        like: Option<&Path>,
+    ) -> crate::error::Result<()> {
+        let base = like.map(|p| p.display().to_string());
+        save_hybrid_lora_adapter(model, &self.config()?, lora, base.as_deref(), dir).map(drop)
     }
 }
 
@@ -299,6 +338,8 @@ training_config_io!([M: LmConfig] LanguageModelTraining<M>);
 /// [`load_lm`](crate::load_lm), or for a hybrid transformers' folder of its family, loadable
 /// with [`load_hybrid`](crate::load_hybrid) and by transformers; a fine-tune's in the layout of
 /// the folder it started from, with that folder's tokenizer and generation files),
+/// `adapter/` with a LoRA run's adapters in PEFT's layout (`adapter_config.json`,
+/// `adapter_model.safetensors`, for `peft.PeftModel.from_pretrained` on the base model),
 /// `metrics.csv` (each metric's mean per epoch and split) and Burn's per-iteration logs.
 ///
 /// With `resume`, the run continues from the last complete checkpoint in `artifacts` (with the
@@ -387,6 +428,12 @@ where
     let saved = artifacts.join("model");
     let init_from = config.init_from.as_deref();
     config.model.save_model(&model, &saved, init_from)?;
+    if let Some(lora) = &config.lora {
+        let adapter = artifacts.join("adapter");
+        config
+            .model
+            .save_adapter(&model, lora, &adapter, init_from)?;
+    }
     if let Some(dir) = init_from {
         copy_tokenizer_files(dir, &saved)?;
     }
