@@ -61,7 +61,9 @@ use mamba2_burn::hybrid::HybridLm;
 use mamba2_burn::recurrent::CpuBackbone;
 use mamba2_burn::ssd::{ssd_chunked, ssd_sequential, SsdInput};
 use mamba2_burn::train::{parallel_backward, parallel_map, split_rows, BatchPart};
-use mamba2_burn::{Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig};
+use mamba2_burn::{
+    LoraConfig, Mamba2Backbone, Mamba2BackboneConfig, Mamba2Config, Mamba2Lm, Mamba2LmConfig,
+};
 use mamba2_burn::{SsdAutodiffBackend, SsdBackend};
 use serde_json::json;
 
@@ -106,7 +108,7 @@ struct Args {
     /// A named shape that replaces the size flags: a published model's
     /// (`Mamba2LmConfig::published`: `130m`, `370m`, `780m`, `1.3b`, `2.7b`; 130m is d_model
     /// 768, 24 layers, d_state 128, headdim 64, expand 2, chunk 256, vocabulary 50,277), with
-    /// sequence 2,048 and batch 1 unless `--batch` says otherwise.
+    /// sequence 2,048 and batch 1 unless `--seq-len` and `--batch` say otherwise.
     #[arg(long)]
     preset: Option<String>,
     /// A hybrid language model instead of Mamba-2: a preset (`granite-4.0-h-350m`,
@@ -115,6 +117,12 @@ struct Args {
     /// prompt) run it with random weights on random ids of its vocabulary.
     #[arg(long)]
     hybrid: Option<String>,
+    /// Train mode of a language model (`--preset`, `--vocab`, `--hybrid`): fine-tune with
+    /// low-rank adapters of this rank (`with_lora`, the default targets) in place of the
+    /// weights, which stay frozen (side by side with `scripts/torch_finetune_bench.py
+    /// --lora-rank`).
+    #[arg(long)]
+    lora_rank: Option<usize>,
     /// With a vocabulary, train and forward run the language model (embedding, backbone, LM
     /// head; train's loss is the mean square of the logits) on random token ids; 0: the
     /// backbone alone on random inputs (the default without a preset).
@@ -132,7 +140,11 @@ struct Args {
     ngroups: usize,
     #[arg(long, default_value_t = 64)]
     chunk_size: usize,
-    #[arg(long, default_value_t = 256)]
+    /// Tokens per sequence. Default: 256, 2,048 with `--preset`.
+    #[arg(long = "seq-len")]
+    seq_len_flag: Option<usize>,
+    /// `--seq-len` or its default.
+    #[arg(skip)]
     seq_len: usize,
     /// Rows per batch. Default: 8, 1 with `--preset`. Comma separated, the modes run for each
     /// in turn (after the `--ssd` paths), in one process.
@@ -166,6 +178,7 @@ impl Args {
     /// Applies `--preset`.
     fn with_preset(mut self) -> Result<Self, String> {
         let Some(name) = self.preset.as_deref() else {
+            self.seq_len = self.seq_len_flag.unwrap_or(256);
             return Ok(self);
         };
         let Some(config) = Mamba2LmConfig::published(&format!("mamba2-{name}")) else {
@@ -179,7 +192,7 @@ impl Args {
             (m.d_model, config.backbone.n_layer, m.d_state, m.headdim);
         (self.ngroups, self.chunk_size) = (m.ngroups, m.chunk_size);
         self.vocab = self.vocab.or(Some(config.vocab_size));
-        self.seq_len = 2048;
+        self.seq_len = self.seq_len_flag.unwrap_or(2048);
         if self.batch.is_empty() {
             self.batch = vec![1];
         }
@@ -390,6 +403,7 @@ fn report(args: &Args, mode: &str, median_s: f64, extra: serde_json::Value) {
         "ssd": args.ssd.first(),
         "scan_products": args.scan_products.first(),
         "mixed_precision": args.mixed_precision,
+        "lora_rank": args.lora_rank,
         "config": {
             "d_model": args.d_model, "n_layer": args.n_layer, "d_state": args.d_state,
             "headdim": args.headdim, "ngroups": args.ngroups, "chunk_size": args.chunk_size,
@@ -542,13 +556,22 @@ fn bench_train<B: SsdAutodiffBackend>(
     device: &B::Device,
     memory: &DeviceMemory,
 ) -> Result<f64, mamba2_burn::Mamba2Error> {
+    let lora = args.lora_rank.map(LoraConfig::new);
     if let Some(config) = hybrid::config(args)? {
         let loss = |m: &HybridLm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
         let ids = random_ids(args, device);
-        return train_loop(args, device, memory, config.init(device)?, ids, loss);
+        let mut model = config.init(device)?;
+        if let Some(lora) = &lora {
+            model = model.with_lora(lora)?;
+        }
+        return train_loop(args, device, memory, model, ids, loss);
     }
     if args.vocab() > 0 {
-        let model: Mamba2Lm<B> = Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
+        let mut model: Mamba2Lm<B> =
+            Mamba2LmConfig::new(config(args), args.vocab()).init(device)?;
+        if let Some(lora) = &lora {
+            model = model.with_lora(lora)?;
+        }
         let loss = |m: &Mamba2Lm<B>, ids| m.forward(ids, None).map(|(y, _)| y.square().mean());
         train_loop(args, device, memory, model, random_ids(args, device), loss)
     } else {
@@ -1006,6 +1029,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.lora_rank.is_some() && args.vocab() == 0 {
+        eprintln!("error: --lora-rank adapts a language model: give --preset, --vocab or --hybrid");
+        std::process::exit(2);
+    }
     if let Some(other) = args
         .scan_products
         .iter()
