@@ -26,6 +26,7 @@ mod hybrid_files;
 mod hybrid_training;
 mod kill;
 mod lora;
+mod mamba3;
 mod mixed;
 mod moe;
 mod paths;

@@ -36,6 +36,8 @@
 //! - `input`: [`SsdInput`], the inputs of both forms;
 //! - `chunked`: the chunked form as tensor operations, one function per step;
 //! - `recurrence`: the sequential recurrence and the single step;
+//! - `trapezoidal`: Mamba-3's scan ([`trapezoidal_scan`]), the chunked form's steps run on its
+//!   trapezoidal inputs and rotated queries and keys;
 //! - `primitive`, `projection`: [`ProjectionBackend`], the mixer's projections as a backend
 //!   operation;
 //! - `backend`: [`SsdBackend`], the chunked scan as a backend operation (its default: the
@@ -63,6 +65,7 @@ mod projection;
 mod recurrence;
 #[cfg(all(test, feature = "ndarray"))]
 mod tests;
+mod trapezoidal;
 
 use burn::tensor::Tensor;
 
@@ -75,6 +78,7 @@ pub use fused::{
 pub use input::SsdInput;
 pub use projection::{projection, ProjectionBackend, ProjectionGrads};
 pub use recurrence::{ssd_sequential, ssd_step};
+pub use trapezoidal::{trapezoidal_scan, TrapezoidalInput, TrapezoidalState};
 
 pub(crate) use recurrence::continue_rows;
 

@@ -1,0 +1,206 @@
+//! Mamba-3's golden cases (tests/fixtures/mamba3, copied from ../shared/reference/mamba3 and
+//! made by its generator from mamba_ssm 2.3.2 in float64; its README defines the format). The
+//! op-level SISO cases run through `trapezoidal_scan` on NdArray: the output, the state after the
+//! last token (angles compared modulo 2π) and the gradient of `sum(y · w)` with respect to every
+//! input, initial states included, at the case's chunk length and at two others (results do not
+//! depend on it), within the Mamba-2 cases' `f32` tolerances (1e-4 of the largest value forward,
+//! 1e-3 for gradients).
+//!
+//! `MAMBA3_REFERENCE_DIR=DIR cargo test --release --test suite mamba3` checks the case folders in
+//! DIR instead.
+
+use std::f64::consts::PI;
+use std::path::{Path, PathBuf};
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Tensor, TensorData};
+use mamba2_burn::ssd::{trapezoidal_scan, TrapezoidalInput, TrapezoidalState};
+
+use crate::common::golden::{values, Expected, Report, F32_TOL};
+
+type B = Autodiff<NdArray<f32>>;
+
+pub(crate) fn mamba3_root() -> PathBuf {
+    match std::env::var_os("MAMBA3_REFERENCE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba3"),
+    }
+}
+
+/// `case.json` of a case folder.
+fn case_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("case.json")).expect("case.json");
+    serde_json::from_str(&text).expect("case.json parses")
+}
+
+/// The case folders of `level` and `variant` (`op` / `layer`, `siso` / `mimo`), in name order.
+fn cases(level: &str, variant: &str) -> Vec<PathBuf> {
+    let root = mamba3_root();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|d| d.join("case.json").is_file() && d.join("expected.safetensors").is_file())
+        .filter(|d| {
+            let case = case_json(d);
+            case["level"] == level && case["variant"] == variant
+        })
+        .collect();
+    dirs.sort();
+    assert!(
+        !dirs.is_empty(),
+        "no {level} {variant} case in {}",
+        mamba3_root().display()
+    );
+    dirs
+}
+
+/// A leaf tensor of the case that takes gradients.
+fn leaf<const D: usize>(e: &Expected, name: &str) -> Tensor<B, D> {
+    e.float::<B, D>(name, &Default::default()).require_grad()
+}
+
+/// `actual` against `expected` modulo 2π: the wrapped difference, relative to 2π.
+fn compare_angles(report: &mut Report, what: &str, actual: TensorData, expected: &TensorData) {
+    let (_, a) = values(actual);
+    let (_, e) = values(expected.clone());
+    let err = a
+        .iter()
+        .zip(&e)
+        .map(|(x, y)| ((x - y + PI).rem_euclid(2.0 * PI) - PI).abs())
+        .fold(0.0f64, f64::max)
+        / (2.0 * PI);
+    report.checked += 1;
+    if err > report.worst_forward.0 {
+        report.worst_forward = (err, what.to_string());
+    }
+    if !(err <= report.tol.forward) {
+        report
+            .failures
+            .push(format!("{what}: relative error {err:.3e} modulo 2π"));
+    }
+}
+
+/// One op-level SISO case at chunk length `chunk`: every comparison into `report`.
+fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
+    let e = Expected::read(&dir.join("expected.safetensors"));
+    let init_names = ["init.angle", "init.ssm", "init.k", "init.v"];
+    let has_init = e.get("init.ssm").is_some();
+    // [b, h, l] in the files, [b, l, h] in the scan
+    let (adt, dt, trap) = (
+        leaf::<3>(&e, "ADT"),
+        leaf::<3>(&e, "DT"),
+        leaf::<3>(&e, "Trap"),
+    );
+    let (q, k, v, z) = (
+        leaf::<4>(&e, "Q"),
+        leaf::<4>(&e, "K"),
+        leaf::<4>(&e, "V"),
+        leaf::<4>(&e, "Z"),
+    );
+    let (q_bias, k_bias, angles, d) = (
+        leaf::<2>(&e, "Q_bias"),
+        leaf::<2>(&e, "K_bias"),
+        leaf::<4>(&e, "Angles"),
+        leaf::<1>(&e, "D"),
+    );
+    let initial = has_init.then(|| TrapezoidalState {
+        angle: leaf::<3>(&e, "init.angle"),
+        ssm: leaf::<4>(&e, "init.ssm"),
+        k: leaf::<3>(&e, "init.k"),
+        v: leaf::<3>(&e, "init.v"),
+    });
+    let (y, state) = trapezoidal_scan(TrapezoidalInput {
+        q: q.clone(),
+        k: k.clone(),
+        v: v.clone(),
+        adt: adt.clone().swap_dims(1, 2),
+        dt: dt.clone().swap_dims(1, 2),
+        trap: trap.clone().swap_dims(1, 2),
+        q_bias: q_bias.clone(),
+        k_bias: k_bias.clone(),
+        angles: angles.clone(),
+        d: Some(d.clone()),
+        z: Some(z.clone()),
+        chunk_size: chunk,
+        initial: initial.clone(),
+    })
+    .unwrap();
+    let at = |what: &str| format!("chunk {chunk}: {what}");
+    let expect = |name: &str| e.get(name).unwrap_or_else(|| panic!("{name}"));
+    report.compare(&at("y"), y.clone().into_data(), expect("y"), false);
+    compare_angles(
+        report,
+        &at("final.angle"),
+        state.angle.into_data(),
+        expect("final.angle"),
+    );
+    for (name, t) in [
+        ("final.ssm", state.ssm.into_data()),
+        ("final.k", state.k.into_data()),
+        ("final.v", state.v.into_data()),
+    ] {
+        report.compare(&at(name), t, expect(name), false);
+    }
+
+    let w = e.float::<B, 4>("w", &Default::default());
+    let loss = (y * w).sum();
+    report.compare(&at("loss"), loss.clone().into_data(), expect("loss"), false);
+    let grads = loss.backward();
+    let mut leaves: Vec<(&str, TensorData)> = vec![
+        ("Q", q.grad(&grads).unwrap().into_data()),
+        ("K", k.grad(&grads).unwrap().into_data()),
+        ("V", v.grad(&grads).unwrap().into_data()),
+        ("Z", z.grad(&grads).unwrap().into_data()),
+        ("ADT", adt.grad(&grads).unwrap().into_data()),
+        ("DT", dt.grad(&grads).unwrap().into_data()),
+        ("Trap", trap.grad(&grads).unwrap().into_data()),
+        ("Q_bias", q_bias.grad(&grads).unwrap().into_data()),
+        ("K_bias", k_bias.grad(&grads).unwrap().into_data()),
+        ("Angles", angles.grad(&grads).unwrap().into_data()),
+        ("D", d.grad(&grads).unwrap().into_data()),
+    ];
+    if let Some(init) = initial {
+        let tensors = [
+            init.angle.grad(&grads).map(|g| g.into_data()),
+            init.ssm.grad(&grads).map(|g| g.into_data()),
+            init.k.grad(&grads).map(|g| g.into_data()),
+            init.v.grad(&grads).map(|g| g.into_data()),
+        ];
+        for (name, g) in init_names.into_iter().zip(tensors) {
+            leaves.push((name, g.expect("a gradient for each initial state")));
+        }
+    }
+    for (name, g) in leaves {
+        let expected = format!("grad.{name}");
+        report.compare(&at(&expected), g, expect(&expected), true);
+    }
+}
+
+/// Every op-level SISO case, at its chunk length, at 5 (chunks that do not divide the
+/// sequence) and at its whole length (one chunk).
+#[test]
+fn siso_scan_cases() {
+    let mut failed = Vec::new();
+    for dir in cases("op", "siso") {
+        let case = case_json(&dir);
+        let chunk = case["chunk_size"].as_u64().unwrap() as usize;
+        let length = case["sizes"]["L"].as_u64().unwrap() as usize;
+        let mut report = Report::new(F32_TOL);
+        for c in [chunk, 5, length] {
+            check_siso_op(&dir, c, &mut report);
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        println!(
+            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
+            report.checked,
+            report.worst_forward.0,
+            report.worst_forward.1,
+            report.worst_grad.0,
+            report.worst_grad.1
+        );
+        if !report.failures.is_empty() {
+            failed.push(format!("{name}: {}", report.failures.join("; ")));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
