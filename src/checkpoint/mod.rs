@@ -151,13 +151,8 @@ pub fn save_checkpoint<B: Backend>(
     format: CheckpointFormat,
 ) -> Result<PathBuf> {
     // low-rank updates are written folded into their weights
-    let merged;
-    let model = if model.has_lora() {
-        merged = model.clone().merge_lora();
-        &merged
-    } else {
-        model
-    };
+    let model = model.lora_folded();
+    let model = model.as_ref();
     match format {
         CheckpointFormat::Burn => save_lm(model, config, dir),
         other => export::save_pytorch_layout(model, config, dir.as_ref(), other),
@@ -172,13 +167,8 @@ pub fn save_lm<B: Backend>(
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
     // low-rank updates are written folded into their weights
-    let merged;
-    let model = if model.has_lora() {
-        merged = model.clone().merge_lora();
-        &merged
-    } else {
-        model
-    };
+    let model = model.lora_folded();
+    let model = model.as_ref();
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;
     save_config(config, &dir.join("config.json"))?;

@@ -3,6 +3,8 @@
 //! attention's four projections and the MLPs' three, the shared experts' included; a mixture's
 //! routed experts are not adapted), then folded back into the weights for export.
 
+use std::borrow::Cow;
+
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 
@@ -48,6 +50,15 @@ impl<B: Backend> Mamba2Lm<B> {
     /// Whether any layer holds a low-rank update.
     pub fn has_lora(&self) -> bool {
         self.backbone.layers.iter().any(|b| b.mixer.has_lora())
+    }
+
+    /// The model as export writes it: itself without low-rank updates, else a copy with them
+    /// folded in ([`merge_lora`](Self::merge_lora)).
+    pub(crate) fn lora_folded(&self) -> Cow<'_, Self> {
+        match self.has_lora() {
+            true => Cow::Owned(self.clone().merge_lora()),
+            false => Cow::Borrowed(self),
+        }
     }
 
     /// The model with every low-rank update folded into its projection's weight (what
@@ -122,6 +133,15 @@ impl<B: Backend> HybridLm<B> {
     /// Whether any layer holds a low-rank update.
     pub fn has_lora(&self) -> bool {
         self.layers.iter().any(HybridLayer::has_lora)
+    }
+
+    /// The model as export writes it: itself without low-rank updates, else a copy with them
+    /// folded in ([`merge_lora`](Self::merge_lora)).
+    pub(crate) fn lora_folded(&self) -> Cow<'_, Self> {
+        match self.has_lora() {
+            true => Cow::Owned(self.clone().merge_lora()),
+            false => Cow::Borrowed(self),
+        }
     }
 
     /// The model with every low-rank update folded into its projection's weight (what

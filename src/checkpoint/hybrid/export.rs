@@ -32,13 +32,8 @@ pub fn save_hybrid<B: Backend>(
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
     // low-rank updates are written folded into their weights
-    let merged;
-    let model = if model.has_lora() {
-        merged = model.clone().merge_lora();
-        &merged
-    } else {
-        model
-    };
+    let model = model.lora_folded();
+    let model = model.as_ref();
     let dir = dir.as_ref();
     let config_file = dir.join("config.json");
     let (value, writer) = parse_json(config_json, &config_file)?;
