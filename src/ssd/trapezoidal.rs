@@ -14,7 +14,7 @@
 //! and the diagonal carries `γ_t` alone. That is the chunked SSD of Mamba-2 with per-token
 //! log-decays `A_tΔ_t`, inputs `c_s · x_s` and one head per B/C group (the rotation and the biases
 //! make `q` and `k` per head), less `(c_t − γ_t)(q_t · k_t) x_t` on the diagonal: this module
-//! runs the SSD's own chunked steps (`chunked`) on those inputs.
+//! runs the SSD's own chunked steps (`chunked::chunk_steps`) on those inputs.
 //!
 //! Dimension letters as in the [module](super) documentation; `s` the rotary angles.
 
@@ -23,10 +23,7 @@ use std::f64::consts::PI;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{backend::Backend, Tensor};
 
-use super::chunked::{
-    chunk, chunk_cumsum, chunk_decay_to_end, chunk_diagonal, chunk_state_output, chunk_states,
-    state_passing,
-};
+use super::chunked::{chunk, chunk_steps};
 use crate::error::{check_shape, Mamba2Error};
 use crate::precision::{cast_to, upcast};
 
@@ -254,30 +251,11 @@ fn scan<B: Backend>(
     let n = q.dims()[3];
     // with one head per group the chunk layout's (g, r) is (h, 1)
     let (x, da, k_t, q_c) = chunk(x_scaled, adt, k, q, chunk_len);
-    let c = x.dims()[1];
-    let a_cumsum = chunk_cumsum(da.clone());
-    let y_diag = chunk_diagonal(x.clone(), da.clone(), k_t.clone(), q_c.clone());
-    let states = chunk_states(x, chunk_decay_to_end(da), k_t);
     let initial = match initial {
         Some(s) => s.reshape([b, h, 1, p, n]).swap_dims(3, 4),
-        None => Tensor::zeros([b, h, 1, n, p], (&states.device(), states.dtype())),
+        None => Tensor::zeros([b, h, 1, n, p], (&x.device(), x.dtype())),
     };
-    // the chunk totals, sliced after the permutation (see `ssd_chunked_tensor_ops`)
-    let totals = a_cumsum
-        .clone()
-        .permute([0, 2, 3, 1, 4])
-        .narrow(4, chunk_len - 1, 1)
-        .reshape([b, h, 1, c]);
-    let (entering, final_state) = state_passing(states, totals, initial);
-    let y_off = chunk_state_output(entering, a_cumsum, q_c);
-    let y = (y_diag + y_off)
-        .permute([0, 1, 4, 2, 3, 5])
-        .reshape([b, c * chunk_len, h, p]);
-    let y = if c * chunk_len == l {
-        y
-    } else {
-        y.narrow(1, 0, l)
-    };
+    let (y, final_state) = chunk_steps(x, da, k_t, q_c, initial, l);
     (y, final_state.swap_dims(3, 4).reshape([b, h, p, n]))
 }
 

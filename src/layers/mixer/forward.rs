@@ -6,7 +6,7 @@ use super::layer::Mamba2;
 use crate::error::{check_shape, Mamba2Error};
 use crate::layers::activation::{silu, softplus, softplus_clamped};
 use crate::layers::documents::Documents;
-use crate::layers::lora::plus_update;
+use crate::layers::lora::{adapted, plus_update};
 use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat, upcast};
 use crate::ssd::ssd_step;
@@ -168,7 +168,7 @@ impl<B: Backend> Mamba2<B> {
         );
 
         // one product for the single token (five would cost five launches), then its slices
-        let zxbcdt = plus_update(self.in_proj.forward(x.clone()), &self.in_proj_lora, x);
+        let zxbcdt = adapted(&self.in_proj, &self.in_proj_lora, x);
         let zxbcdt = match self.in_proj_multipliers {
             Some(m) => {
                 let factors = self.piece_factors(m, &zxbcdt);
@@ -206,11 +206,10 @@ impl<B: Backend> Mamba2<B> {
         let (y, ssm_state) = ssd_step(xs.clone(), dt, self.a(), b_mat, c_mat, state.ssm);
         let y = y + xs * self.d_skip().unsqueeze::<3>();
         let gated = self.gate(y.reshape([b, 1, self.d_inner]), z.unsqueeze_dim::<3>(1));
-        let gated = gated.reshape([b, self.d_inner]);
-        let y = plus_update(
-            self.out_proj.forward(gated.clone()),
+        let y = adapted(
+            &self.out_proj,
             &self.out_proj_lora,
-            gated,
+            gated.reshape([b, self.d_inner]),
         );
         Ok((
             y,

@@ -366,6 +366,55 @@ pub(crate) fn chunk_state_output<B: Backend>(
     y * a_cumsum.exp().unsqueeze_dim::<6>(5)
 }
 
+/// Steps 1 to 4 on inputs in the chunk layout of [`chunk`]: the output of every token and the
+/// final state, from the discretised inputs `x̃`, the log-decays `dA` (per token and head) and
+/// the state entering the first chunk. Mamba-2's scan runs them on `dt · x` and `dt · A`,
+/// Mamba-3's ([`trapezoidal_scan`](super::trapezoidal_scan)) on its trapezoid's inputs and
+/// per-token decays.
+///
+/// # Shapes
+/// - x_dt: `[b, c, g, r, q, p]`, da: `[b, c, g, r, q]`, b_t: `[b, c, g, n, q]`,
+///   c_mat: `[b, c, g, q, n]`, initial: `[b, g, r, n, p]` (transposed), `l ≤ c·q` real tokens
+/// - returns y `[b, l, g·r, p]` and the final state `[b, g, r, n, p]` (transposed)
+pub(crate) fn chunk_steps<B: Backend>(
+    x_dt: Tensor<B, 6>,
+    da: Tensor<B, 5>,
+    b_t: Tensor<B, 5>,
+    c_mat: Tensor<B, 5>,
+    initial: Tensor<B, 5>,
+    l: usize,
+) -> (Tensor<B, 4>, Tensor<B, 5>) {
+    let [b, c, g, r, q, p] = x_dt.dims();
+    let a_cumsum = chunk_cumsum(da.clone());
+    // 1. diagonal blocks
+    let y_diag = chunk_diagonal(x_dt.clone(), da.clone(), b_t.clone(), c_mat.clone());
+    // 2. chunk states
+    let states = chunk_states(x_dt, chunk_decay_to_end(da), b_t);
+    // 3. inter-chunk recurrence, on transposed states.
+    // The chunk totals per head, [b, g, r, c], sliced after the permutation, so that no reshape
+    // in their backward meets a permuted gradient with a unit axis: burn 0.21's view reshape
+    // (`burn_std::tensor::split_strides`, used by burn-cubecl) gives such a tensor wrong
+    // strides when it adds unit axes, e.g. [4, 1, 3] permuted to [3, 4, 1] and reshaped to
+    // [3, 4, 1, 1]. Slicing first and reshaping [b, c, g, 1] to [b, c, g, 1, 1] in the backward
+    // made the gradients of dt and A wrong by 2–25% on Wgpu and Cuda when r = 1 (reference case
+    // dtlimit_groups4).
+    let totals = a_cumsum
+        .clone()
+        .permute([0, 2, 3, 1, 4])
+        .narrow(4, q - 1, 1)
+        .reshape([b, g, r, c]);
+    let (entering, final_state) = state_passing(states, totals, initial);
+    // 4. off-diagonal blocks
+    let y_off = chunk_state_output(entering, a_cumsum, c_mat);
+
+    let y = (y_diag + y_off)
+        .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
+        .reshape([b, c * q, g * r, p]);
+    // drop the padding (without padding no slice: its gradient would be a zero-filled copy)
+    let y = if c * q == l { y } else { y.narrow(1, 0, l) };
+    (y, final_state)
+}
+
 /// [`ssd_chunked`](super::ssd_chunked) as tensor operations ("4 steps", ssd_minimal form, with matmuls for
 /// all heavy work), on any backend: the default [`SsdBackend::ssd_chunked`](super::SsdBackend::ssd_chunked), and what the fused
 /// kernels are tested against.
@@ -404,44 +453,16 @@ pub fn ssd_chunked_tensor_ops<B: Backend>(input: SsdInput<B>) -> (Tensor<B, 4>, 
 
     // 0. chunk layout, discretisation, per-chunk inclusive cumsum of dA
     let (x, dt, b_t, c_mat) = chunk(x, dt, b_mat, c_mat, q);
-    let c = x.dims()[1];
     let (x_dt, da) = discretize(x, dt, a);
     let da = match starts {
         Some(starts) => start_documents(da, starts),
         None => da,
     };
-    let a_cumsum = chunk_cumsum(da.clone());
-
-    // 1. diagonal blocks
-    let y_diag = chunk_diagonal(x_dt.clone(), da.clone(), b_t.clone(), c_mat.clone());
-    // 2. chunk states
-    let states = chunk_states(x_dt, chunk_decay_to_end(da), b_t);
-    // 3. inter-chunk recurrence, on transposed states
     let initial = match initial_state {
         Some(s) => cast_to(s, dtype).reshape([b, g, r, p, n]).swap_dims(3, 4),
-        None => Tensor::zeros([b, g, r, n, p], (&states.device(), dtype)),
+        None => Tensor::zeros([b, g, r, n, p], (&x_dt.device(), dtype)),
     };
-    // the chunk totals per head, [b, g, r, c], sliced after the permutation, so that no reshape
-    // in their backward meets a permuted gradient with a unit axis: burn 0.21's view reshape
-    // (`burn_std::tensor::split_strides`, used by burn-cubecl) gives such a tensor wrong
-    // strides when it adds unit axes, e.g. [4, 1, 3] permuted to [3, 4, 1] and reshaped to
-    // [3, 4, 1, 1]. Slicing first and reshaping [b, c, g, 1] to [b, c, g, 1, 1] in the backward
-    // made the gradients of dt and A wrong by 2–25% on Wgpu and Cuda when r = 1 (reference case
-    // dtlimit_groups4).
-    let totals = a_cumsum
-        .clone()
-        .permute([0, 2, 3, 1, 4])
-        .narrow(4, q - 1, 1)
-        .reshape([b, g, r, c]);
-    let (entering, final_state) = state_passing(states, totals, initial);
-    // 4. off-diagonal blocks
-    let y_off = chunk_state_output(entering, a_cumsum, c_mat);
-
-    let y = (y_diag + y_off)
-        .permute([0, 1, 4, 2, 3, 5]) // [b, c, q, g, r, p]
-        .reshape([b, c * q, h, p]);
-    // drop the padding (without padding no slice: its gradient would be a zero-filled copy)
-    let y = if c * q == l { y } else { y.narrow(1, 0, l) };
+    let (y, final_state) = chunk_steps(x_dt, da, b_t, c_mat, initial, l);
     let final_state = final_state.swap_dims(3, 4).reshape([b, h, p, n]);
     (cast_to(y, out_dtype), final_state)
 }
