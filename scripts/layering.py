@@ -20,7 +20,7 @@ import sys
 LEVELS = [
     "error", "precision", "cubecl_setup", "init", "ssd",
     "layers::activation", "layers::norm", "layers::documents", "layers::state", "layers::lora",
-    "layers::mixer", "layers::rope", "layers::attention", "layers::mlp", "layers::moe", "layers::block", "layers::backbone", "layers",
+    "layers::mamba3", "layers::mixer", "layers::rope", "layers::attention", "layers::mlp", "layers::moe", "layers::block", "layers::backbone", "layers",
     "models", "sampling", "tokenizer", "recurrent", "generate", "checkpoint", "data", "train",
 ]
 RANK = {name: i for i, name in enumerate(LEVELS)}

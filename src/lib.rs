@@ -81,6 +81,7 @@ pub use layers::documents::Documents;
 pub use layers::lora::{
     Lora, LoraConfig, LoraLinear, LoraLinearRecord, LoraRecord, DEFAULT_LORA_TARGETS, LORA_TARGETS,
 };
+pub use layers::mamba3::{Mamba3, Mamba3Config};
 pub use layers::mixer::{DtLimit, Mamba2, Mamba2Config};
 pub use layers::mlp::{Mlp, MlpActivation, MlpConfig};
 pub use layers::moe::{Moe, MoeConfig, RouterKind};

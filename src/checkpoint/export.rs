@@ -48,13 +48,23 @@ pub(super) fn save_pytorch_layout<B: Backend>(
     let config_file = dir.join("config.json");
     write_atomic(&config_file, text.as_bytes()).map_err(|e| Mamba2Error::file(&config_file, e))?;
 
+    let names = |path: &str| pytorch_name(path, format);
+    write_safetensors(dir, exported(model, &names))
+}
+
+/// Every float parameter of `module` to write, under the name `names` gives its path, with
+/// whether the file holds its transpose.
+pub(super) fn exported<B: Backend, M: Module<B>>(
+    module: &M,
+    names: &dyn Fn(&str) -> (String, bool),
+) -> Vec<(String, Lazy)> {
     let mut tensors = Exported {
         path: Vec::new(),
-        format,
+        names,
         found: Vec::new(),
     };
-    model.visit(&mut tensors);
-    write_safetensors(dir, tensors.found)
+    module.visit(&mut tensors);
+    tensors.found
 }
 
 /// Writes `tensors` as `dir/model.safetensors` (metadata `format: pt`), beside its place first
@@ -115,14 +125,14 @@ impl View for Lazy {
     }
 }
 
-/// Collects every float parameter under its name in `format`.
-struct Exported {
+/// Collects every float parameter under the name `names` gives it.
+struct Exported<'a> {
     path: Vec<String>,
-    format: CheckpointFormat,
+    names: &'a dyn Fn(&str) -> (String, bool),
     found: Vec<(String, Lazy)>,
 }
 
-impl<B: Backend> ModuleVisitor<B> for Exported {
+impl<B: Backend> ModuleVisitor<B> for Exported<'_> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -132,7 +142,7 @@ impl<B: Backend> ModuleVisitor<B> for Exported {
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let (name, transpose) = pytorch_name(&self.path.join("."), self.format);
+        let (name, transpose) = (self.names)(&self.path.join("."));
         let tensor = param.val();
         let dtype = tensor.dtype();
         let mut shape = tensor.dims().to_vec();

@@ -13,6 +13,9 @@
 //!   when it must equal it.
 //! - **this crate** ([`save_lm`]): `config.json` of a [`Mamba2LmConfig`] and `model.mpk`, a
 //!   full-precision Burn record.
+//! - **Mamba-3 layers** (`mamba_ssm`'s `Mamba3`): its constructor arguments
+//!   ([`mamba3_config_from_json`]) and its state dict under any prefix ([`load_mamba3`]);
+//!   [`save_mamba3`] writes both.
 //!
 //! Loading is all or nothing: every parameter must be found with the right shape and a float
 //! type (`f32`, `f16`, `bf16` or `f64`, cast to the model's), every tensor in the files must be
@@ -24,6 +27,7 @@ mod config;
 mod export;
 mod hf;
 mod hybrid;
+mod mamba3;
 mod peft;
 pub(crate) mod record;
 mod region;
@@ -50,6 +54,7 @@ pub use hybrid::{
     hybrid_preset, hybrid_tensor_name, is_hybrid_folder, load_hybrid, read_hybrid_config,
     save_hybrid, HybridSpec, HybridTensorName, HYBRID_PRESETS,
 };
+pub use mamba3::{load_mamba3, mamba3_config_from_json, mamba3_name, save_mamba3};
 pub use peft::{save_hybrid_lora_adapter, save_lora_adapter};
 pub use record::{load_module_record, save_record, AtomicFileRecorder, CheckpointRecorder};
 pub use safetensors::pytorch_name;

@@ -147,6 +147,23 @@ pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     cast_to(denominator.ones_like() / denominator, dtype)
 }
 
+/// Mamba-3's heavy-tailed activation of its data-dependent `A` (`mamba_ssm`'s
+/// `heavy_tail_activation`): `1 + x` for `x ≥ 0`, `1 / (1 − x)` for `x < 0`, as
+/// `relu(x) + 1 / (1 − min(x, 0))`: positive, continuous with a continuous slope, linear on one
+/// side and decaying like `1/|x|` on the other.
+///
+/// The quotient has a constant numerator, as in [`sigmoid`], so that its gradient is an exact
+/// division and never burn-ndarray's approximate `recip`.
+///
+/// # Shapes
+/// - any; returns the same shape
+pub fn heavy_tail<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let x = upcast(x);
+    let denominator = x.clone().clamp_max(0.0).neg() + 1.0;
+    cast_to(relu(x) + denominator.ones_like() / denominator, dtype)
+}
+
 /// `silu(x) = x · sigmoid(x)` (also called swish). Without autodiff it is computed as
 /// `x / (1 + e⁻ˣ)` (one rounding less; the gradient of that quotient would go through
 /// burn-ndarray's approximate `recip`, see [`sigmoid`]).

@@ -37,7 +37,8 @@
 //! - `chunked`: the chunked form as tensor operations, one function per step;
 //! - `recurrence`: the sequential recurrence and the single step;
 //! - `trapezoidal`: Mamba-3's scan ([`trapezoidal_scan`]), the chunked form's steps run on its
-//!   trapezoidal inputs and rotated queries and keys;
+//!   trapezoidal inputs and rotated queries and keys, and its recurrent step
+//!   ([`trapezoidal_step`]);
 //! - `primitive`, `projection`: [`ProjectionBackend`], the mixer's projections as a backend
 //!   operation;
 //! - `backend`: [`SsdBackend`], the chunked scan as a backend operation (its default: the
@@ -78,7 +79,7 @@ pub use fused::{
 pub use input::SsdInput;
 pub use projection::{projection, ProjectionBackend, ProjectionGrads};
 pub use recurrence::{ssd_sequential, ssd_step};
-pub use trapezoidal::{trapezoidal_scan, TrapezoidalInput, TrapezoidalState};
+pub use trapezoidal::{trapezoidal_scan, trapezoidal_step, TrapezoidalInput, TrapezoidalState};
 
 pub(crate) use recurrence::continue_rows;
 

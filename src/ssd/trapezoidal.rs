@@ -40,7 +40,24 @@ pub struct TrapezoidalState<B: Backend> {
     pub v: Tensor<B, 3>,
 }
 
-/// The inputs of [`trapezoidal_scan`].
+impl<B: Backend> TrapezoidalState<B> {
+    /// The state of a fresh sequence (all zeros), in `f32`.
+    ///
+    /// # Shapes
+    /// - `[b, h, s]`, `[b, h, p, n]`, `[b, h, n]`, `[b, h, p]` for `[b, h, p, n, s]`
+    pub fn zeros(dims: [usize; 5], device: &B::Device) -> Self {
+        let [b, h, p, n, s] = dims;
+        let f32 = (device, burn::tensor::DType::F32);
+        Self {
+            angle: Tensor::zeros([b, h, s], f32),
+            ssm: Tensor::zeros([b, h, p, n], f32),
+            k: Tensor::zeros([b, h, n], f32),
+            v: Tensor::zeros([b, h, p], f32),
+        }
+    }
+}
+
+/// The inputs of [`trapezoidal_scan`] and [`trapezoidal_step`].
 #[derive(Clone, Debug)]
 pub struct TrapezoidalInput<B: Backend> {
     /// `C` after its norm, before its bias, `[b, l, g, n]` (head `i` reads group `i / (h / g)`).
@@ -157,7 +174,6 @@ pub fn trapezoidal_scan<B: Backend>(
         initial,
     } = input;
     let [b, l, h, _] = v.dims();
-    let [_, _, g, n] = q.dims();
     let (v, adt, dt) = (upcast(v), upcast(adt), upcast(dt));
 
     // the angles reached at each token, [b, l, h, s]
@@ -166,15 +182,8 @@ pub fn trapezoidal_scan<B: Backend>(
     if let Some(init) = &initial {
         theta = theta + upcast(init.angle.clone()).unsqueeze_dim::<4>(1);
     }
-    // q and k per head: the group's, biased, rotated
-    let per_head = |t: Tensor<B, 4>, bias: Tensor<B, 2>| {
-        let t = upcast(t)
-            .unsqueeze_dim::<5>(3)
-            .repeat_dim(3, h / g)
-            .reshape([b, l, h, n]);
-        rotate_pairs(t + upcast(bias).unsqueeze::<4>(), theta.clone())
-    };
-    let (q, k) = (per_head(q, q_bias), per_head(k, k_bias));
+    let q = biased_rotated(q, q_bias, theta.clone(), h);
+    let k = biased_rotated(k, k_bias, theta.clone(), h);
 
     // the trapezoid's weights: γ_t = λ_t Δ_t on the diagonal, c_t = γ_t + (1 − λ_{t+1}) Δ_{t+1}
     // below it
@@ -231,6 +240,115 @@ pub fn trapezoidal_scan<B: Backend>(
         v: last(v),
     };
     Ok((cast_to(y, out_dtype), state))
+}
+
+/// One token of the Mamba-3 SISO scan in its recurrent form, continuing from `input.initial`
+/// (none: a fresh sequence): `θ ← θ + π tanh(angles) Δ`, `q` and `k` biased and rotated,
+/// `h ← α h + β x_prev k_prevᵀ + γ x kᵀ` with the previous token's `x` and `k` from the state,
+/// `y = h q + D x`, gated. The same inputs as [`trapezoidal_scan`] with `l = 1` (`chunk_size`
+/// is not used) and the same output and state: decoding's constant-time step. The angles it
+/// returns are reduced modulo 2π, as the scan's are, so that they stay small however long the
+/// decoding runs.
+///
+/// # Shapes
+/// - input: see [`TrapezoidalInput`], with `l = 1`
+/// - returns y `[b, 1, h, p]` and the state after the token
+pub fn trapezoidal_step<B: Backend>(
+    input: TrapezoidalInput<B>,
+) -> crate::error::Result<(Tensor<B, 4>, TrapezoidalState<B>)> {
+    input.check()?;
+    let [b, l, h, p] = input.v.dims();
+    if l != 1 {
+        return Err(Mamba2Error::InvalidInput {
+            name: "v",
+            reason: format!("the step takes one token, not {l}"),
+        });
+    }
+    let out_dtype = input.v.dtype();
+    let TrapezoidalInput {
+        q,
+        k,
+        v,
+        adt,
+        dt,
+        trap,
+        q_bias,
+        k_bias,
+        angles,
+        d,
+        z,
+        chunk_size: _,
+        initial,
+    } = input;
+    let n = q.dims()[3];
+    let s = angles.dims()[3];
+    let state = match initial {
+        Some(st) => TrapezoidalState {
+            angle: upcast(st.angle),
+            ssm: upcast(st.ssm),
+            k: upcast(st.k),
+            v: upcast(st.v),
+        },
+        None => TrapezoidalState::zeros([b, h, p, n, s], &v.device()),
+    };
+    let flat = |t: Tensor<B, 3>| upcast(t).reshape([b, h]);
+    let (adt, dt, trap) = (flat(adt), flat(dt), flat(trap));
+    let v = upcast(v).reshape([b, h, p]);
+
+    let step = upcast(angles).reshape([b, h, s]).tanh() * dt.clone().unsqueeze_dim::<3>(2) * PI;
+    let theta = state.angle + step;
+    let at = theta.clone().unsqueeze_dim::<4>(1);
+    let q = biased_rotated(q, q_bias, at.clone(), h).reshape([b, h, n]);
+    let k = biased_rotated(k, k_bias, at, h).reshape([b, h, n]);
+
+    // α = exp(AΔ), β = (1 − λ)Δα for the previous token's half, γ = λΔ for this token's
+    let lambda = sigmoid(upcast(trap));
+    let alpha = adt.exp();
+    let gamma = dt.clone() * lambda.clone();
+    let beta = dt * lambda.neg().add_scalar(1.0) * alpha.clone();
+    let per_head = |t: Tensor<B, 2>| t.reshape([b, h, 1, 1]);
+    let outer =
+        |v: Tensor<B, 3>, k: Tensor<B, 3>| v.unsqueeze_dim::<4>(3) * k.unsqueeze_dim::<4>(2);
+    let ssm = state.ssm * per_head(alpha)
+        + outer(state.v, state.k) * per_head(beta)
+        + outer(v.clone(), k.clone()) * per_head(gamma);
+
+    let mut y = ssm
+        .clone()
+        .matmul(q.unsqueeze_dim::<4>(3))
+        .reshape([b, h, p]);
+    if let Some(d) = d {
+        y = y + v.clone() * upcast(d).reshape([1, h, 1]);
+    }
+    if let Some(z) = z {
+        y = y * silu(upcast(z).reshape([b, h, p]));
+    }
+    let state = TrapezoidalState {
+        angle: theta.remainder_scalar(2.0 * PI),
+        ssm,
+        k,
+        v,
+    };
+    Ok((cast_to(y.reshape([b, 1, h, p]), out_dtype), state))
+}
+
+/// Each head's `q` or `k`: its group's (head `i` reads group `i / (h / g)`), plus the head's
+/// bias, rotated by the head's angles.
+///
+/// # Shapes
+/// - t: `[b, l, g, n]`, bias: `[h, n]`, theta: `[b, l, h, s]`; returns `[b, l, h, n]`
+fn biased_rotated<B: Backend>(
+    t: Tensor<B, 4>,
+    bias: Tensor<B, 2>,
+    theta: Tensor<B, 4>,
+    h: usize,
+) -> Tensor<B, 4> {
+    let [b, l, g, n] = t.dims();
+    let t = upcast(t)
+        .unsqueeze_dim::<5>(3)
+        .repeat_dim(3, h / g)
+        .reshape([b, l, h, n]);
+    rotate_pairs(t + upcast(bias).unsqueeze::<4>(), theta)
 }
 
 /// `Σ_{s ≤ t} exp(Σ_{u=s+1..t} adt_u) (q_t · k_s) x̃_s` with the state carried from `initial`:
