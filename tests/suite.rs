@@ -27,6 +27,7 @@ mod hybrid_training;
 mod kill;
 mod lora;
 mod mamba3;
+mod mamba3_layer;
 mod mixed;
 mod moe;
 mod paths;

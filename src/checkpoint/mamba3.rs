@@ -1,8 +1,8 @@
 //! Mamba-3 layers in `mamba_ssm`'s names: a layer's constructor arguments (`Mamba3(**config)`,
 //! as a JSON object) and its state dict (`in_proj.weight`, `dt_bias`, `B_bias`, `C_bias`,
-//! `B_norm.weight`, `C_norm.weight`, `D`, `norm.weight`, `out_proj.weight`) under any prefix
-//! (`backbone.layers.3.mixer.` in a language model's file); and a layer written back in that
-//! form.
+//! `B_norm.weight`, `C_norm.weight`, `D`, `norm.weight`, `out_proj.weight`, and MIMO's
+//! `mimo_x`, `mimo_z`, `mimo_o`) under any prefix (`backbone.layers.3.mixer.` in a language
+//! model's file); and a layer written back in that form.
 
 use std::path::{Path, PathBuf};
 
@@ -45,10 +45,9 @@ struct Mamba3Args {
     is_outproj_norm: bool,
     #[serde(default)]
     is_mimo: bool,
-    // MIMO's own settings, refused with `is_mimo`
     #[serde(default = "defaults::mimo_rank")]
-    #[allow(dead_code)]
     mimo_rank: usize,
+    // where MIMO's norm runs in mamba_ssm's kernels: the same numbers either way
     #[serde(default = "defaults::yes")]
     #[allow(dead_code)]
     fuse_pregate_headwise_norm: bool,
@@ -104,17 +103,11 @@ mod defaults {
 }
 
 /// The layer's configuration from `mamba_ssm`'s constructor arguments (a JSON object, as a
-/// layer's `config.json` or an LM's `ssm_cfg` holds them, defaults filled in). A MIMO layer
-/// (`is_mimo: true`) is an error naming `is_mimo`: this crate builds SISO layers so far.
+/// layer's `config.json` or an LM's `ssm_cfg` holds them, defaults filled in); unknown keys
+/// are errors naming them.
 pub fn mamba3_config_from_json(json: &str, origin: &Path) -> Result<Mamba3Config> {
     let args: Mamba3Args = serde_json::from_str(json)
         .map_err(|e| Mamba2Error::file(origin, format!("not a Mamba3 config: {e}")))?;
-    if args.is_mimo {
-        return Err(Mamba2Error::config(
-            "is_mimo",
-            "MIMO Mamba-3 layers are not built by this crate yet (SISO only)",
-        ));
-    }
     let config = Mamba3Config::new(args.d_model)
         .with_d_state(args.d_state)
         .with_expand(args.expand)
@@ -126,6 +119,8 @@ pub fn mamba3_config_from_json(json: &str, origin: &Path) -> Result<Mamba3Config
         .with_dt_init_floor(args.dt_init_floor)
         .with_a_floor(args.a_floor)
         .with_is_outproj_norm(args.is_outproj_norm)
+        .with_is_mimo(args.is_mimo)
+        .with_mimo_rank(args.mimo_rank)
         .with_chunk_size(args.chunk_size);
     config.validate()?;
     Ok(config)
@@ -186,18 +181,23 @@ pub fn save_mamba3<B: Backend>(
         layer.nheads(),
         layer.num_rope_angles(),
         layer.norm.is_some(),
+        layer.mimo_x.is_some(),
+        layer.rank(),
     );
     let described = (
         config.d_model,
         config.nheads(),
         config.num_rope_angles(),
         config.is_outproj_norm,
+        config.is_mimo,
+        config.rank(),
     );
     if built != described {
         return Err(Mamba2Error::InvalidInput {
             name: "config",
             reason: format!(
-                "describes (d_model, heads, angles, norm) {described:?}, the layer has {built:?}"
+                "describes (d_model, heads, angles, norm, MIMO, rank) {described:?}, the layer \
+                 has {built:?}"
             ),
         });
     }
@@ -213,7 +213,8 @@ pub fn save_mamba3<B: Backend>(
         "dt_init_floor": config.dt_init_floor,
         "A_floor": config.a_floor,
         "is_outproj_norm": config.is_outproj_norm,
-        "is_mimo": false,
+        "is_mimo": config.is_mimo,
+        "mimo_rank": config.mimo_rank,
         "chunk_size": layer.chunk_size(),
     });
     std::fs::create_dir_all(dir).map_err(|e| Mamba2Error::file(dir, e))?;

@@ -79,7 +79,9 @@ pub use fused::{
 pub use input::SsdInput;
 pub use projection::{projection, ProjectionBackend, ProjectionGrads};
 pub use recurrence::{ssd_sequential, ssd_step};
-pub use trapezoidal::{trapezoidal_scan, trapezoidal_step, TrapezoidalInput, TrapezoidalState};
+pub use trapezoidal::{
+    trapezoidal_scan, trapezoidal_step, Mimo, TrapezoidalInput, TrapezoidalState,
+};
 
 pub(crate) use recurrence::continue_rows;
 

@@ -8,8 +8,9 @@ use crate::error::Mamba2Error;
 use crate::init::ParamInit;
 use crate::layers::norm::{RmsNormConfig, RmsNormGatedConfig};
 
-/// Configuration of a [`Mamba3`] layer, single-input single-output (SISO), as `mamba_ssm` 2.3's
-/// `Mamba3` constructor takes it (the defaults are its own).
+/// Configuration of a [`Mamba3`] layer, single-input single-output (SISO) or of rank
+/// `mimo_rank` (MIMO), as `mamba_ssm` 2.3's `Mamba3` constructor takes it (the defaults are its
+/// own).
 #[derive(Config, Debug)]
 pub struct Mamba3Config {
     /// Width of the residual stream.
@@ -41,9 +42,15 @@ pub struct Mamba3Config {
     /// `A ≤ −a_floor` (`A_floor`). Default: 1e-4.
     #[config(default = 1e-4)]
     pub a_floor: f64,
-    /// An RMSNorm per head before the gate (`is_outproj_norm`). Default: false.
+    /// An RMSNorm per head (and rank) before the gate (`is_outproj_norm`). Default: false.
     #[config(default = false)]
     pub is_outproj_norm: bool,
+    /// Multiple inputs and outputs: rank-`mimo_rank` state updates (`is_mimo`). Default: false.
+    #[config(default = false)]
+    pub is_mimo: bool,
+    /// The rank `r` of a MIMO layer (1 for SISO, whatever this says). Default: 4.
+    #[config(default = 4)]
+    pub mimo_rank: usize,
     /// Tokens per chunk of the scan (results do not depend on it). Default: 64.
     #[config(default = 64)]
     pub chunk_size: usize,
@@ -70,10 +77,20 @@ impl Mamba3Config {
         (rotated - rotated % 2) / 2
     }
 
-    /// in_proj's width: `[z, x, B, C, dd_dt, dd_A, trap, angles]`.
+    /// The rank `r`: `mimo_rank` for MIMO, 1 for SISO.
+    pub fn rank(&self) -> usize {
+        if self.is_mimo {
+            self.mimo_rank
+        } else {
+            1
+        }
+    }
+
+    /// in_proj's width: `[z, x, B, C, dd_dt, dd_A, trap, angles]`, `B` and `C` of `r·g·n`.
     pub fn d_in_proj(&self) -> usize {
         let (d_inner, h) = (self.d_inner(), self.nheads());
-        2 * d_inner + 2 * self.ngroups * self.d_state + 3 * h + self.num_rope_angles()
+        let bc = self.rank() * self.ngroups * self.d_state;
+        2 * d_inner + 2 * bc + 3 * h + self.num_rope_angles()
     }
 
     /// Checks every size and setting, naming the field at fault.
@@ -118,6 +135,18 @@ impl Mamba3Config {
                 format!("must be 0.5 or 1.0, not {}", self.rope_fraction),
             );
         }
+        if self.is_mimo && self.mimo_rank == 0 {
+            return bad("mimo_rank", "must be at least 1".into());
+        }
+        if self.is_mimo && !self.d_state.is_multiple_of(2) {
+            return bad(
+                "d_state",
+                format!(
+                    "MIMO rotates the halves of the state, and {} is odd",
+                    self.d_state
+                ),
+            );
+        }
         if !(self.dt_min > 0.0 && self.dt_min <= self.dt_max) {
             return bad(
                 "dt_min",
@@ -138,7 +167,8 @@ impl Mamba3Config {
 
     /// Builds the layer, initialised as `mamba_ssm` does: in_proj and out_proj (no biases)
     /// `U(±1/√fan_in)`, `dt_bias = softplus⁻¹(Δ)` with `Δ` log-uniform in `[dt_min, dt_max]`
-    /// (floored at `dt_init_floor`), the B/C biases, the norms' weights and `D` all 1.
+    /// (floored at `dt_init_floor`), the B/C biases, the norms' weights and `D` all 1; for MIMO,
+    /// `mimo_x` and `mimo_o` `1/r`, `mimo_z` 1.
     ///
     /// Seed the backend (`B::seed`) for reproducible weights.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba3<B>> {
@@ -148,7 +178,13 @@ impl Mamba3Config {
     /// [`init`](Self::init) with parameters made by `init`.
     pub(crate) fn build<B: Backend>(&self, init: &ParamInit<B>) -> crate::error::Result<Mamba3<B>> {
         self.validate()?;
-        let (d_inner, h, n) = (self.d_inner(), self.nheads(), self.d_state);
+        let (d_inner, h, n, p, r) = (
+            self.d_inner(),
+            self.nheads(),
+            self.d_state,
+            self.headdim,
+            self.rank(),
+        );
 
         // dt_bias = inverse softplus of a log-uniform Δ, computed in f64 on the host
         let (ln_min, ln_max, floor) = (self.dt_min.ln(), self.dt_max.ln(), self.dt_init_floor);
@@ -172,8 +208,8 @@ impl Mamba3Config {
         Ok(Mamba3 {
             in_proj: init.linear(self.d_model, self.d_in_proj(), false, 1.0),
             dt_bias,
-            b_bias: init.full([h, 1, n], 1.0),
-            c_bias: init.full([h, 1, n], 1.0),
+            b_bias: init.full([h, r, n], 1.0),
+            c_bias: init.full([h, r, n], 1.0),
             b_norm: norm(n),
             c_norm: norm(n),
             d: init.full([h], 1.0),
@@ -184,7 +220,11 @@ impl Mamba3Config {
                     .build(init)
             }),
             out_proj: init.linear(d_inner, self.d_model, false, 1.0),
+            mimo_x: self.is_mimo.then(|| init.full([h, r, p], 1.0 / r as f64)),
+            mimo_z: self.is_mimo.then(|| init.full([h, r, p], 1.0)),
+            mimo_o: self.is_mimo.then(|| init.full([h, r, p], 1.0 / r as f64)),
             d_model: self.d_model,
+            rank: r,
             d_state: n,
             headdim: self.headdim,
             nheads: h,

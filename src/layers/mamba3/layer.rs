@@ -1,4 +1,4 @@
-//! The Mamba-3 layer (SISO): its parameters, its forward over a sequence (the trapezoidal
+//! The Mamba-3 layer (SISO or MIMO): its parameters, its forward over a sequence (the trapezoidal
 //! scan's chunked form) and its recurrent step (the scan's recurrence, one token at a time).
 
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
@@ -9,14 +9,15 @@ use crate::error::{check_shape, Mamba2Error};
 use crate::layers::activation::{heavy_tail, softplus};
 use crate::layers::norm::{RmsNorm, RmsNormGated};
 use crate::precision::upcast;
-use crate::ssd::{trapezoidal_scan, trapezoidal_step, TrapezoidalInput, TrapezoidalState};
+use crate::ssd::{trapezoidal_scan, trapezoidal_step, Mimo, TrapezoidalInput, TrapezoidalState};
 
-/// The Mamba-3 layer, single-input single-output (Lahoti et al. 2026; `mamba_ssm` 2.3's
-/// `Mamba3` with `is_mimo = False`): in_proj's eight slices `[z, x, B, C, dd_dt, dd_A, trap,
-/// angles]`, RMS-normed `B` and `C` with per-head biases, rotated by data-dependent angles,
-/// a data-dependent `A = min(−heavy_tail(dd_A), −A_floor)`, `Δ = softplus(dd_dt + dt_bias)`, the
-/// exponential-trapezoidal scan ([`trapezoidal_scan`]), then `silu(z)` (or a per-head RMSNorm
-/// before that gate) and out_proj. No convolution, no bias on either projection.
+/// The Mamba-3 layer (Lahoti et al. 2026; `mamba_ssm` 2.3's `Mamba3`), single-input
+/// single-output or of rank `r` (MIMO): in_proj's eight slices `[z, x, B, C, dd_dt, dd_A,
+/// trap, angles]`, RMS-normed `B` and `C` (`r` of each a token for MIMO) with per-head biases,
+/// rotated by data-dependent angles, a data-dependent `A = min(−heavy_tail(dd_A), −A_floor)`,
+/// `Δ = softplus(dd_dt + dt_bias)`, the exponential-trapezoidal scan ([`trapezoidal_scan`]),
+/// then `silu(z)` (or a per-head RMSNorm before that gate), for MIMO each rank's through
+/// `mimo_x`, `mimo_z` and `mimo_o`, and out_proj. No convolution, no bias on either projection.
 ///
 /// Parameter names follow `mamba_ssm`'s state dict (`b_bias` for `B_bias`, `b_norm` for
 /// `B_norm`, `d` for `D`); `Linear` weights are stored `[in, out]`, as Burn does.
@@ -27,9 +28,9 @@ pub struct Mamba3<B: Backend> {
     pub in_proj: Linear<B>,
     /// Added to `dd_dt` before the softplus, `[h]`.
     pub dt_bias: Param<Tensor<B, 1>>,
-    /// Added to the normed `B` of each head, `[h, 1, n]` (`mamba_ssm`'s `[h, rank, n]`).
+    /// Added to the normed `B` of each head and rank, `[h, r, n]`.
     pub b_bias: Param<Tensor<B, 3>>,
-    /// Added to the normed `C` of each head, `[h, 1, n]`.
+    /// Added to the normed `C` of each head and rank, `[h, r, n]`.
     pub c_bias: Param<Tensor<B, 3>>,
     /// RMSNorm of `B` over the state dimension, weight `[n]`.
     pub b_norm: RmsNorm<B>,
@@ -37,11 +38,19 @@ pub struct Mamba3<B: Backend> {
     pub c_norm: RmsNorm<B>,
     /// Skip connection, `[h]`.
     pub d: Param<Tensor<B, 1>>,
-    /// RMSNorm per head before the gate, weight `[d_inner]` (with `is_outproj_norm`).
+    /// RMSNorm per head (and rank) before the gate, weight `[d_inner]` (with
+    /// `is_outproj_norm`).
     pub norm: Option<RmsNormGated<B>>,
     /// `d_inner → d_model`.
     pub out_proj: Linear<B>,
+    /// MIMO: each rank's input `x ⊙ mimo_x_r`, `[h, r, p]`.
+    pub mimo_x: Option<Param<Tensor<B, 3>>>,
+    /// MIMO: each rank's gate `z ⊙ mimo_z_r`, `[h, r, p]`.
+    pub mimo_z: Option<Param<Tensor<B, 3>>>,
+    /// MIMO: the output `Σ_r mimo_o_r ⊙ (gated y_r)`, `[h, r, p]`.
+    pub mimo_o: Option<Param<Tensor<B, 3>>>,
     pub(crate) d_model: usize,
+    pub(crate) rank: usize,
     pub(crate) d_state: usize,
     pub(crate) headdim: usize,
     pub(crate) nheads: usize,
@@ -78,6 +87,11 @@ impl<B: Backend> Mamba3<B> {
         self.nheads
     }
 
+    /// The rank `r` (1: SISO).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
     /// Rotary angles per token `s`.
     pub fn num_rope_angles(&self) -> usize {
         self.num_rope_angles
@@ -102,6 +116,7 @@ impl<B: Backend> Mamba3<B> {
         TrapezoidalState::zeros(
             [
                 batch,
+                self.rank,
                 self.nheads,
                 self.headdim,
                 self.d_state,
@@ -117,8 +132,9 @@ impl<B: Backend> Mamba3<B> {
         state: &TrapezoidalState<B>,
         batch: usize,
     ) -> crate::error::Result<()> {
-        let (b, h, p, n, s) = (
+        let (b, r, h, p, n, s) = (
             Some(batch),
+            Some(self.rank),
             Some(self.nheads),
             Some(self.headdim),
             Some(self.d_state),
@@ -126,7 +142,7 @@ impl<B: Backend> Mamba3<B> {
         );
         check_shape("state.angle", &state.angle.dims(), &[b, h, s], "b, h, s")?;
         check_shape("state.ssm", &state.ssm.dims(), &[b, h, p, n], "b, h, p, n")?;
-        check_shape("state.k", &state.k.dims(), &[b, h, n], "b, h, n")?;
+        check_shape("state.k", &state.k.dims(), &[b, r, h, n], "b, r, h, n")?;
         check_shape("state.v", &state.v.dims(), &[b, h, p], "b, h, p")
     }
 
@@ -136,7 +152,7 @@ impl<B: Backend> Mamba3<B> {
     ///
     /// # Shapes
     /// - x: `[b, l, d_model]`, `l ≥ 1`
-    /// - state: angle `[b, h, s]`, ssm `[b, h, p, n]`, k `[b, h, n]`, v `[b, h, p]`
+    /// - state: angle `[b, h, s]`, ssm `[b, h, p, n]`, k `[b, r, h, n]`, v `[b, h, p]`
     /// - returns `[b, l, d_model]` and the new state
     pub fn forward(
         &self,
@@ -196,10 +212,10 @@ impl<B: Backend> Mamba3<B> {
     /// - x: `[b, l, d_model]`
     fn project(&self, x: Tensor<B, 3>) -> Projected<B> {
         let [b, l, _] = x.dims();
-        let (h, p, g, n, s) = (
+        let (h, p, rg, n, s) = (
             self.nheads,
             self.headdim,
-            self.ngroups,
+            self.rank * self.ngroups,
             self.d_state,
             self.num_rope_angles,
         );
@@ -211,7 +227,7 @@ impl<B: Backend> Mamba3<B> {
             piece
         };
         let (z, x) = (slice(h * p), slice(h * p));
-        let (b_in, c_in) = (slice(g * n), slice(g * n));
+        let (b_in, c_in) = (slice(rg * n), slice(rg * n));
         let (dd_dt, dd_a, trap, angles) = (slice(h), slice(h), slice(h), slice(s));
 
         let dt = softplus(upcast(dd_dt) + upcast(self.dt_bias.val()).reshape([1, 1, h]));
@@ -219,8 +235,8 @@ impl<B: Backend> Mamba3<B> {
         Projected {
             z: z.reshape([b, l, h, p]),
             x: x.reshape([b, l, h, p]),
-            b: self.b_norm.forward(b_in.reshape([b, l, g, n])),
-            c: self.c_norm.forward(c_in.reshape([b, l, g, n])),
+            b: self.b_norm.forward(b_in.reshape([b, l, rg, n])),
+            c: self.c_norm.forward(c_in.reshape([b, l, rg, n])),
             adt: a * dt.clone(),
             dt,
             trap: upcast(trap),
@@ -228,13 +244,29 @@ impl<B: Backend> Mamba3<B> {
         }
     }
 
-    /// The scan's inputs: the gate goes into the scan unless the output norm comes before it.
+    /// The scan's inputs: the gate goes into the scan unless the output norm comes before it
+    /// (SISO); for MIMO, the gate, the norm and the ranks' projections all go in.
     fn scan_input(
         &self,
         projected: Projected<B>,
         initial: Option<TrapezoidalState<B>>,
     ) -> TrapezoidalInput<B> {
-        let (h, n) = (self.nheads, self.d_state);
+        let mimo = match (&self.mimo_x, &self.mimo_z, &self.mimo_o) {
+            (Some(x), Some(z), Some(out)) => Some(Mimo {
+                x: x.val(),
+                z: z.val(),
+                out: out.val(),
+                norm: self.norm.as_ref().map(|norm| {
+                    (
+                        norm.weight.val().reshape([self.nheads, self.headdim]),
+                        norm.eps,
+                    )
+                }),
+            }),
+            _ => None,
+        };
+        // SISO with the output norm: the norm and the gate come after the scan (`output`)
+        let gate_after_norm = mimo.is_none() && self.norm.is_some();
         TrapezoidalInput {
             q: projected.c,
             k: projected.b,
@@ -242,27 +274,28 @@ impl<B: Backend> Mamba3<B> {
             adt: projected.adt,
             dt: projected.dt,
             trap: projected.trap,
-            q_bias: self.c_bias.val().reshape([h, n]),
-            k_bias: self.b_bias.val().reshape([h, n]),
+            q_bias: self.c_bias.val(),
+            k_bias: self.b_bias.val(),
             angles: projected.angles,
             d: Some(self.d.val()),
-            z: self.norm.is_none().then_some(projected.z),
+            z: (!gate_after_norm).then_some(projected.z),
+            mimo,
             chunk_size: self.chunk_size,
             initial,
         }
     }
 
-    /// The scan's output through the output norm and gate (where the scan has not gated it)
-    /// and out_proj.
+    /// The scan's output through the output norm and gate where the scan has not applied them
+    /// (SISO with `is_outproj_norm`), then out_proj.
     ///
     /// # Shapes
     /// - y, z: `[b, l, h, p]`; returns `[b, l, d_model]`
     fn output(&self, y: Tensor<B, 4>, z: Tensor<B, 4>) -> Tensor<B, 3> {
         let [b, l, h, p] = y.dims();
         let y = y.reshape([b, l, h * p]);
-        let y = match &self.norm {
-            Some(norm) => norm.forward(y, z.reshape([b, l, h * p])),
-            None => y,
+        let y = match (&self.norm, &self.mimo_x) {
+            (Some(norm), None) => norm.forward(y, z.reshape([b, l, h * p])),
+            _ => y,
         };
         self.out_proj.forward(y)
     }
@@ -280,6 +313,7 @@ impl<B: Backend> ModuleDisplay for Mamba3<B> {
             .add("nheads", &self.nheads)
             .add("headdim", &self.headdim)
             .add("ngroups", &self.ngroups)
+            .add("rank", &self.rank)
             .add("num_rope_angles", &self.num_rope_angles)
             .add("outproj_norm", &self.norm.is_some())
             .optional()

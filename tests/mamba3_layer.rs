@@ -1,0 +1,281 @@
+//! Mamba-3's layer cases (tests/fixtures/mamba3, `MAMBA3_REFERENCE_DIR` replaces them; see
+//! `mamba3`): SISO and MIMO layers loaded from `mamba_ssm`'s state dict into [`Mamba3`], their
+//! forward (output, the state after the prompt, the gradient of the input and of every
+//! parameter), the decode tokens continued from that state by the forward and by the step,
+//! and the prompt run through the step from a fresh state, each at the case's chunk length, at
+//! 5 and at the whole length, within the Mamba-2 cases' `f32` tolerances; a layer written back
+//! in `mamba_ssm`'s form; the errors that name each bad setting or shape.
+
+use std::path::Path;
+
+use burn::tensor::Tensor;
+use mamba2_burn::checkpoint::{load_mamba3, mamba3_config_from_json, mamba3_name, save_mamba3};
+use mamba2_burn::ssd::TrapezoidalState;
+use mamba2_burn::{Mamba3, Mamba3Config};
+
+use crate::common::golden::{collect_grads, transpose, Expected, Report, F32_TOL};
+use crate::mamba3::{case_json, cases, compare_angles, leaf, B};
+
+/// A layer case's layer, loaded from its `model.safetensors` (`mamba_ssm`'s state dict) with
+/// the scan at chunk length `chunk`.
+fn layer_of(dir: &Path, chunk: usize) -> Mamba3<B> {
+    let json = std::fs::read_to_string(dir.join("config.json")).expect("config.json");
+    let config = mamba3_config_from_json(&json, &dir.join("config.json"))
+        .expect("the case's config")
+        .with_chunk_size(chunk);
+    load_mamba3::<B>(
+        &config,
+        &dir.join("model.safetensors"),
+        "",
+        &Default::default(),
+    )
+    .expect("the case's weights")
+}
+
+/// The layer's state against the case's `{prefix}.angle`, `.ssm`, `.k` and `.v`.
+fn compare_state(
+    report: &mut Report,
+    what: &str,
+    state: &TrapezoidalState<B>,
+    e: &Expected,
+    prefix: &str,
+) {
+    let expect = |name: &str| {
+        let key = format!("{prefix}.{name}");
+        e.get(&key).unwrap_or_else(|| panic!("{key}")).clone()
+    };
+    compare_angles(
+        report,
+        &format!("{what}: {prefix}.angle"),
+        state.angle.clone().into_data(),
+        &expect("angle"),
+    );
+    for (name, t) in [
+        ("ssm", state.ssm.clone().into_data()),
+        ("k", state.k.clone().into_data()),
+        ("v", state.v.clone().into_data()),
+    ] {
+        report.compare(&format!("{what}: {prefix}.{name}"), t, &expect(name), false);
+    }
+}
+
+/// `mamba_ssm`'s name of a layer parameter's gradient, and whether ours is its transpose.
+fn grad_name(path: &str) -> (String, bool) {
+    let (name, transpose) = mamba3_name(path);
+    (format!("grad.{name}"), transpose)
+}
+
+/// One layer case at chunk length `chunk`: the forward over the prompt (output, state,
+/// the gradient of the input and of every parameter); the decode tokens continued from the
+/// prompt's state by the forward and by the step; the prompt through the step from a fresh
+/// state.
+fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
+    let e = Expected::read(&dir.join("expected.safetensors"));
+    let layer = layer_of(dir, chunk);
+    let at = |what: &str| format!("chunk {chunk}: {what}");
+    let expect = |name: &str| e.get(name).unwrap_or_else(|| panic!("{name}"));
+
+    let x = leaf::<3>(&e, "x");
+    let (y, state) = layer.forward(x.clone(), None).unwrap();
+    report.compare(&at("y"), y.clone().into_data(), expect("y"), false);
+    compare_state(report, &at("forward"), &state, &e, "state");
+    let w = e.float::<B, 3>("w", &Default::default());
+    let loss = (y.clone() * w).sum();
+    report.compare(&at("loss"), loss.clone().into_data(), expect("loss"), false);
+    let grads = loss.backward();
+    report.compare(
+        &at("grad.x"),
+        x.grad(&grads).unwrap().into_data(),
+        expect("grad.x"),
+        true,
+    );
+    let ours = collect_grads(&layer, &grads);
+    let n_expected = e.0.keys().filter(|k| k.starts_with("grad.")).count() - 1;
+    assert_eq!(ours.len(), n_expected, "a gradient for every parameter");
+    for (path, grad) in ours {
+        let (name, transposed) = grad_name(&path);
+        let grad = if transposed { transpose(grad) } else { grad };
+        report.compare(&at(&name), grad, expect(&name), true);
+    }
+
+    // decoding from the prompt's state: the forward over the decode tokens, and the step
+    let state = TrapezoidalState {
+        angle: state.angle.detach(),
+        ssm: state.ssm.detach(),
+        k: state.k.detach(),
+        v: state.v.detach(),
+    };
+    let xd = e.float::<B, 3>("decode_x", &Default::default());
+    let (yd, after) = layer.forward(xd.clone(), Some(state.clone())).unwrap();
+    report.compare(
+        &at("forward: decode_y"),
+        yd.into_data(),
+        expect("decode_y"),
+        false,
+    );
+    compare_state(report, &at("forward"), &after, &e, "decode_state");
+    let [b, t, d] = xd.dims();
+    let mut current = state;
+    let mut ys = Vec::new();
+    for i in 0..t {
+        let token = xd.clone().narrow(1, i, 1).reshape([b, d]);
+        let (out, next) = layer.step(token, current).unwrap();
+        ys.push(out.unsqueeze_dim::<3>(1));
+        current = next;
+    }
+    let yd = Tensor::cat(ys, 1);
+    report.compare(
+        &at("step: decode_y"),
+        yd.into_data(),
+        expect("decode_y"),
+        false,
+    );
+    compare_state(report, &at("step"), &current, &e, "decode_state");
+
+    // the prompt through the step, from a fresh state
+    let [b, l, d] = x.dims();
+    let mut current = layer.zero_state(b, &Default::default());
+    let mut ys = Vec::new();
+    for i in 0..l {
+        let token = x.clone().detach().narrow(1, i, 1).reshape([b, d]);
+        let (out, next) = layer.step(token, current).unwrap();
+        ys.push(out.unsqueeze_dim::<3>(1));
+        current = next;
+    }
+    report.compare(
+        &at("step from zero: y"),
+        Tensor::cat(ys, 1).into_data(),
+        expect("y"),
+        false,
+    );
+    compare_state(report, &at("step from zero"), &current, &e, "state");
+}
+
+/// Every layer case, SISO and MIMO (`mamba_ssm`'s `Mamba3` with its state dict): at its chunk
+/// length, at 5 and at its whole length.
+#[test]
+fn layer_cases() {
+    let mut failed = Vec::new();
+    for dir in [cases("layer", "siso"), cases("layer", "mimo")].concat() {
+        let case = case_json(&dir);
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        let chunk = config["chunk_size"].as_u64().unwrap() as usize;
+        let length = case["seqlen"].as_u64().unwrap() as usize;
+        let mut report = Report::new(F32_TOL);
+        for c in [chunk, 5, length] {
+            check_layer(&dir, c, &mut report);
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        println!(
+            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
+            report.checked,
+            report.worst_forward.0,
+            report.worst_forward.1,
+            report.worst_grad.0,
+            report.worst_grad.1
+        );
+        if !report.failures.is_empty() {
+            failed.push(format!("{name}: {}", report.failures.join("; ")));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// A layer written back (`save_mamba3`) is the case's folder again: the state dict name for
+/// name and bit for bit, and the constructor arguments that load back to the same config.
+#[test]
+fn a_saved_layer_is_the_state_dict_it_was_loaded_from() {
+    for dir in [cases("layer", "siso"), cases("layer", "mimo")].concat() {
+        let json = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let config = mamba3_config_from_json(&json, &dir.join("config.json")).unwrap();
+        let layer = load_mamba3::<B>(
+            &config,
+            &dir.join("model.safetensors"),
+            "",
+            &Default::default(),
+        )
+        .unwrap();
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let out = std::env::temp_dir().join(format!("mamba3-save-{}-{name}", std::process::id()));
+        let file = save_mamba3(&layer, &config, &out).unwrap();
+        let (ours, theirs) = (
+            Expected::read(&file),
+            Expected::read(&dir.join("model.safetensors")),
+        );
+        assert_eq!(
+            ours.0.keys().collect::<Vec<_>>(),
+            theirs.0.keys().collect::<Vec<_>>(),
+            "{name}: the state dict's names"
+        );
+        for (key, data) in &theirs.0 {
+            assert_eq!(&ours.0[key], data, "{name}: {key}");
+        }
+        let text = std::fs::read_to_string(out.join("config.json")).unwrap();
+        let again = mamba3_config_from_json(&text, &out.join("config.json")).unwrap();
+        assert_eq!(
+            format!("{again:?}"),
+            format!("{config:?}"),
+            "{name}: config"
+        );
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+/// Each bad setting or shape is an error naming it.
+#[test]
+fn bad_layer_settings_and_shapes_are_named() {
+    let device = Default::default();
+    let message = |e: mamba2_burn::Mamba2Error| e.to_string();
+    let base = || Mamba3Config::new(16).with_d_state(8).with_headdim(8);
+    for (config, field) in [
+        (base().with_rope_fraction(0.7), "rope_fraction"),
+        (base().with_headdim(12), "headdim"),
+        (base().with_ngroups(3), "ngroups"),
+        (base().with_chunk_size(0), "chunk_size"),
+        (base().with_a_floor(-1.0), "a_floor"),
+    ] {
+        let e = message(config.init::<B>(&device).unwrap_err());
+        assert!(e.contains(field), "{field}: {e}");
+    }
+    for (config, field) in [
+        (base().with_is_mimo(true).with_mimo_rank(0), "mimo_rank"),
+        (base().with_is_mimo(true).with_d_state(7), "d_state"),
+    ] {
+        let e = message(config.init::<B>(&device).unwrap_err());
+        assert!(e.contains(field), "{field}: {e}");
+    }
+    let unknown = r#"{"d_model": 16, "d_conv": 4}"#;
+    let e = message(mamba3_config_from_json(unknown, Path::new("config.json")).unwrap_err());
+    assert!(e.contains("d_conv"), "{e}");
+
+    let layer = base().init::<B>(&device).unwrap();
+    let e = message(
+        layer
+            .forward(Tensor::zeros([2, 5, 15], &device), None)
+            .unwrap_err(),
+    );
+    assert!(e.contains("x"), "{e}");
+    let e = message(
+        layer
+            .forward(Tensor::zeros([2, 0, 16], &device), None)
+            .unwrap_err(),
+    );
+    assert!(e.contains("x"), "{e}");
+    let mut state = layer.zero_state(2, &device);
+    state.k = Tensor::zeros([2, 1, 4, 9], &device);
+    let e = message(
+        layer
+            .step(Tensor::zeros([2, 16], &device), state)
+            .unwrap_err(),
+    );
+    assert!(e.contains("state.k"), "{e}");
+    let state = layer.zero_state(3, &device);
+    let e = message(
+        layer
+            .forward(Tensor::zeros([2, 5, 16], &device), Some(state))
+            .unwrap_err(),
+    );
+    assert!(e.contains("state.angle"), "{e}");
+}
