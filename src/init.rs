@@ -3,7 +3,7 @@
 
 use burn::module::{Param, ParamId};
 use burn::nn::Linear;
-use burn::tensor::{backend::Backend, Distribution, Tensor};
+use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
 
 /// A trainable parameter from an initial value, which may be computed (it is detached first,
 /// so that it becomes a leaf of the autodiff graph).
@@ -106,6 +106,33 @@ impl<'a, B: Backend> ParamInit<'a, B> {
             } else {
                 t * scale
             }
+        })
+    }
+
+    /// `dt_bias` of `h` heads as the reference initialises it: `softplus⁻¹(Δ)` with `Δ`
+    /// log-uniform in `[dt_min, dt_max]`, floored at `floor`, computed in `f64` on the host.
+    pub(crate) fn dt_bias(
+        &self,
+        h: usize,
+        dt_min: f64,
+        dt_max: f64,
+        floor: f64,
+    ) -> Param<Tensor<B, 1>> {
+        let (ln_min, ln_max) = (dt_min.ln(), dt_max.ln());
+        self.param([h], move |device| {
+            let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
+                .into_data()
+                .convert::<f64>()
+                .to_vec()
+                .expect("f64 data");
+            let dt_bias: Vec<f64> = u
+                .iter()
+                .map(|u| {
+                    let dt = (u * (ln_max - ln_min) + ln_min).exp().max(floor);
+                    dt + (-(-dt).exp_m1()).ln()
+                })
+                .collect();
+            Tensor::from_data(TensorData::new(dt_bias, [h]), device)
         })
     }
 

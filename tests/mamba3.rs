@@ -93,6 +93,44 @@ pub(crate) fn compare_angles(
     }
 }
 
+/// An op case's chunk length and sequence length (`case.json`).
+fn op_lengths(dir: &Path) -> (usize, usize) {
+    let case = case_json(dir);
+    let chunk = case["chunk_size"].as_u64().unwrap() as usize;
+    (chunk, case["sizes"]["L"].as_u64().unwrap() as usize)
+}
+
+/// Runs `check` on each case folder at its chunk length, at 5 (chunks that do not divide the
+/// sequence) and at its whole length (one chunk), as `lengths` gives them; prints each case's
+/// worst errors and fails naming every case with an error off its tolerance.
+pub(crate) fn check_cases(
+    dirs: Vec<PathBuf>,
+    lengths: impl Fn(&Path) -> (usize, usize),
+    check: impl Fn(&Path, usize, &mut Report),
+) {
+    let mut failed = Vec::new();
+    for dir in dirs {
+        let (chunk, length) = lengths(&dir);
+        let mut report = Report::new(F32_TOL);
+        for c in [chunk, 5, length] {
+            check(&dir, c, &mut report);
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        println!(
+            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
+            report.checked,
+            report.worst_forward.0,
+            report.worst_forward.1,
+            report.worst_grad.0,
+            report.worst_grad.1
+        );
+        if !report.failures.is_empty() {
+            failed.push(format!("{name}: {}", report.failures.join("; ")));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// One op-level SISO case at chunk length `chunk`: every comparison into `report`.
 fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
     let e = Expected::read(&dir.join("expected.safetensors"));
@@ -198,29 +236,7 @@ fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
 /// sequence) and at its whole length (one chunk).
 #[test]
 fn siso_scan_cases() {
-    let mut failed = Vec::new();
-    for dir in cases("op", "siso") {
-        let case = case_json(&dir);
-        let chunk = case["chunk_size"].as_u64().unwrap() as usize;
-        let length = case["sizes"]["L"].as_u64().unwrap() as usize;
-        let mut report = Report::new(F32_TOL);
-        for c in [chunk, 5, length] {
-            check_siso_op(&dir, c, &mut report);
-        }
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        println!(
-            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
-            report.checked,
-            report.worst_forward.0,
-            report.worst_forward.1,
-            report.worst_grad.0,
-            report.worst_grad.1
-        );
-        if !report.failures.is_empty() {
-            failed.push(format!("{name}: {}", report.failures.join("; ")));
-        }
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    check_cases(cases("op", "siso"), op_lengths, check_siso_op);
 }
 
 /// One op-level MIMO case at chunk length `chunk`: every comparison into `report`.
@@ -321,27 +337,5 @@ fn check_mimo_op(dir: &Path, chunk: usize, report: &mut Report) {
 /// output, the fused norm), at its chunk length, at 5 and at its whole length.
 #[test]
 fn mimo_scan_cases() {
-    let mut failed = Vec::new();
-    for dir in cases("op", "mimo") {
-        let case = case_json(&dir);
-        let chunk = case["chunk_size"].as_u64().unwrap() as usize;
-        let length = case["sizes"]["L"].as_u64().unwrap() as usize;
-        let mut report = Report::new(F32_TOL);
-        for c in [chunk, 5, length] {
-            check_mimo_op(&dir, c, &mut report);
-        }
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        println!(
-            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
-            report.checked,
-            report.worst_forward.0,
-            report.worst_forward.1,
-            report.worst_grad.0,
-            report.worst_grad.1
-        );
-        if !report.failures.is_empty() {
-            failed.push(format!("{name}: {}", report.failures.join("; ")));
-        }
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    check_cases(cases("op", "mimo"), op_lengths, check_mimo_op);
 }

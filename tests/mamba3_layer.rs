@@ -13,8 +13,8 @@ use mamba2_burn::checkpoint::{load_mamba3, mamba3_config_from_json, mamba3_name,
 use mamba2_burn::ssd::TrapezoidalState;
 use mamba2_burn::{Mamba3, Mamba3Config};
 
-use crate::common::golden::{collect_grads, transpose, Expected, Report, F32_TOL};
-use crate::mamba3::{case_json, cases, compare_angles, leaf, B};
+use crate::common::golden::{collect_grads, transpose, Expected, Report};
+use crate::mamba3::{case_json, cases, check_cases, compare_angles, leaf, B};
 
 /// A layer case's layer, loaded from its `model.safetensors` (`mamba_ssm`'s state dict) with
 /// the scan at chunk length `chunk`.
@@ -155,32 +155,14 @@ fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
 /// length, at 5 and at its whole length.
 #[test]
 fn layer_cases() {
-    let mut failed = Vec::new();
-    for dir in [cases("layer", "siso"), cases("layer", "mimo")].concat() {
-        let case = case_json(&dir);
-        let config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
-                .unwrap();
+    let lengths = |dir: &Path| {
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
         let chunk = config["chunk_size"].as_u64().unwrap() as usize;
-        let length = case["seqlen"].as_u64().unwrap() as usize;
-        let mut report = Report::new(F32_TOL);
-        for c in [chunk, 5, length] {
-            check_layer(&dir, c, &mut report);
-        }
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        println!(
-            "{name}: {} checks, worst forward {:.2e} ({}), worst gradient {:.2e} ({})",
-            report.checked,
-            report.worst_forward.0,
-            report.worst_forward.1,
-            report.worst_grad.0,
-            report.worst_grad.1
-        );
-        if !report.failures.is_empty() {
-            failed.push(format!("{name}: {}", report.failures.join("; ")));
-        }
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+        (chunk, case_json(dir)["seqlen"].as_u64().unwrap() as usize)
+    };
+    let dirs = [cases("layer", "siso"), cases("layer", "mimo")].concat();
+    check_cases(dirs, lengths, check_layer);
 }
 
 /// A layer written back (`save_mamba3`) is the case's folder again: the state dict name for

@@ -1,7 +1,7 @@
 //! The Mamba-3 layer's configuration: its sizes, their checks, and the reference initialisation.
 
 use burn::config::Config;
-use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
+use burn::tensor::backend::Backend;
 
 use super::layer::Mamba3;
 use crate::error::Mamba2Error;
@@ -186,23 +186,7 @@ impl Mamba3Config {
             self.rank(),
         );
 
-        // dt_bias = inverse softplus of a log-uniform Δ, computed in f64 on the host
-        let (ln_min, ln_max, floor) = (self.dt_min.ln(), self.dt_max.ln(), self.dt_init_floor);
-        let dt_bias = init.param([h], move |device| {
-            let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
-                .into_data()
-                .convert::<f64>()
-                .to_vec()
-                .expect("f64 data");
-            let dt_bias: Vec<f64> = u
-                .iter()
-                .map(|u| {
-                    let dt = (u * (ln_max - ln_min) + ln_min).exp().max(floor);
-                    dt + (-(-dt).exp_m1()).ln()
-                })
-                .collect();
-            Tensor::from_data(TensorData::new(dt_bias, [h]), device)
-        });
+        let dt_bias = init.dt_bias(h, self.dt_min, self.dt_max, self.dt_init_floor);
         let norm = |width| RmsNormConfig::new(width).with_eps(NORM_EPS).build(init);
 
         Ok(Mamba3 {

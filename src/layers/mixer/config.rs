@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::nn::conv::Conv1dConfig;
 use burn::nn::PaddingConfig1d;
-use burn::tensor::{backend::Backend, Distribution, Tensor, TensorData};
+use burn::tensor::{backend::Backend, Distribution, Tensor};
 
 use super::dt_limit::DtLimit;
 use super::layer::Mamba2;
@@ -279,23 +279,7 @@ impl Mamba2Config {
             .conv_bias
             .then(|| init.random([conv_dim], conv_uniform, 1.0));
 
-        // dt_bias = inverse softplus of a log-uniform dt, computed in f64 on the host
-        let (ln_min, ln_max, floor) = (self.dt_min.ln(), self.dt_max.ln(), self.dt_init_floor);
-        let dt_bias = init.param([h], move |device| {
-            let u: Vec<f64> = Tensor::<B, 1>::random([h], Distribution::Uniform(0.0, 1.0), device)
-                .into_data()
-                .convert::<f64>()
-                .to_vec()
-                .expect("f64 data");
-            let dt_bias: Vec<f64> = u
-                .iter()
-                .map(|u| {
-                    let dt = (u * (ln_max - ln_min) + ln_min).exp().max(floor);
-                    dt + (-(-dt).exp_m1()).ln()
-                })
-                .collect();
-            Tensor::from_data(TensorData::new(dt_bias, [h]), device)
-        });
+        let dt_bias = init.dt_bias(h, self.dt_min, self.dt_max, self.dt_init_floor);
         let (lo, hi) = self.a_init_range;
         let a_log = init.param([h], move |device| {
             Tensor::<B, 1>::random([h], Distribution::Uniform(lo, hi), device).log()
