@@ -208,7 +208,6 @@ impl Mamba3Config {
             mimo_z: self.is_mimo.then(|| init.full([h, r, p], 1.0)),
             mimo_o: self.is_mimo.then(|| init.full([h, r, p], 1.0 / r as f64)),
             d_model: self.d_model,
-            rank: r,
             d_state: n,
             headdim: self.headdim,
             nheads: h,

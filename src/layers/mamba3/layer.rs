@@ -50,7 +50,6 @@ pub struct Mamba3<B: Backend> {
     /// MIMO: the output `Σ_r mimo_o_r ⊙ (gated y_r)`, `[h, r, p]`.
     pub mimo_o: Option<Param<Tensor<B, 3>>>,
     pub(crate) d_model: usize,
-    pub(crate) rank: usize,
     pub(crate) d_state: usize,
     pub(crate) headdim: usize,
     pub(crate) nheads: usize,
@@ -87,9 +86,10 @@ impl<B: Backend> Mamba3<B> {
         self.nheads
     }
 
-    /// The rank `r` (1: SISO).
+    /// The rank `r` (1: SISO): the B/C biases' middle axis.
     pub fn rank(&self) -> usize {
-        self.rank
+        let [_, r, _] = self.b_bias.shape().dims();
+        r
     }
 
     /// Rotary angles per token `s`.
@@ -116,7 +116,7 @@ impl<B: Backend> Mamba3<B> {
         TrapezoidalState::zeros(
             [
                 batch,
-                self.rank,
+                self.rank(),
                 self.nheads,
                 self.headdim,
                 self.d_state,
@@ -134,7 +134,7 @@ impl<B: Backend> Mamba3<B> {
     ) -> crate::error::Result<()> {
         let (b, r, h, p, n, s) = (
             Some(batch),
-            Some(self.rank),
+            Some(self.rank()),
             Some(self.nheads),
             Some(self.headdim),
             Some(self.d_state),
@@ -215,7 +215,7 @@ impl<B: Backend> Mamba3<B> {
         let (h, p, rg, n, s) = (
             self.nheads,
             self.headdim,
-            self.rank * self.ngroups,
+            self.rank() * self.ngroups,
             self.d_state,
             self.num_rope_angles,
         );
@@ -313,7 +313,7 @@ impl<B: Backend> ModuleDisplay for Mamba3<B> {
             .add("nheads", &self.nheads)
             .add("headdim", &self.headdim)
             .add("ngroups", &self.ngroups)
-            .add("rank", &self.rank)
+            .add("rank", &self.rank())
             .add("num_rope_angles", &self.num_rope_angles)
             .add("outproj_norm", &self.norm.is_some())
             .optional()
