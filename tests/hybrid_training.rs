@@ -19,12 +19,22 @@ type Inner = NdArray<f32>;
 /// trained two epochs on the selective-copying task of the Mamba-2 training tests.
 #[test]
 fn a_hybrid_run_lowers_the_loss_and_saves_a_transformers_folder() {
+    let spec = HybridSpec::from_file(crate::hybrid_files::root_fixture("granite_dense")).unwrap();
+    check_run(spec);
+}
+
+/// The same for the training example's Mamba-3 model (`mamba_ssm`'s layout, two Mamba-3 layers).
+#[test]
+fn a_mamba3_run_lowers_the_loss_and_saves_a_mamba_ssm_folder() {
+    check_run(HybridSpec::new(crate::mamba3_lm::TRAIN_CONFIG));
+}
+
+/// `spec` with the copying task's vocabulary trained two epochs: the loss falls, and the run's
+/// model folder (the family's config.json and weights) loads back to the trained model.
+fn check_run(spec: HybridSpec) {
     let dev = Default::default();
     let dir = tempfile::tempdir().unwrap();
-    let spec = HybridSpec::from_file(crate::hybrid_files::root_fixture("granite_dense"))
-        .unwrap()
-        .with_vocab_size(10)
-        .unwrap();
+    let spec = spec.with_vocab_size(10).unwrap();
     let config = HybridTrainingConfig::new(spec)
         .with_run(
             RunConfig::new(1e-2)
@@ -68,7 +78,9 @@ fn a_hybrid_run_lowers_the_loss_and_saves_a_transformers_folder() {
         .collect();
     let ids = model.input_ids(&rows, &dev).unwrap();
     // an id outside the vocabulary is an error naming the input, not a failure in the backend
-    let e = model.input_ids(&[vec![3, 10]], &dev).unwrap_err();
+    let e = model
+        .input_ids(&[vec![3, model.vocab_size() as i64]], &dev)
+        .unwrap_err();
     assert!(
         matches!(
             &e,
@@ -114,6 +126,18 @@ fn a_spec_sets_the_mamba_layers_init() {
         layers += 1;
     }
     assert!(layers >= 2, "the case has Mamba layers");
+    // and every Mamba-3 layer (whose `A` comes from its input: no range of its own)
+    let mamba3 = HybridSpec::new(crate::mamba3_lm::TRAIN_CONFIG)
+        .with_dt_init_range(Some((2e-4, 3e-4)))
+        .init_model::<Inner>(&dev)
+        .unwrap();
+    for layer in &mamba3.layers {
+        let dt_bias = layer.mamba3.as_ref().unwrap().dt_bias.val();
+        let dt = burn::tensor::activation::softplus(dt_bias, 1.0);
+        for v in dt.into_data().to_vec::<f32>().unwrap() {
+            assert!((2e-4 * 0.999..=3e-4 * 1.001).contains(&v), "Mamba-3 dt {v}");
+        }
+    }
     let e = spec
         .with_dt_init_range(Some((1e-3, 1e-4)))
         .check()

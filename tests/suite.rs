@@ -28,6 +28,7 @@ mod kill;
 mod lora;
 mod mamba3;
 mod mamba3_layer;
+mod mamba3_lm;
 mod mixed;
 mod moe;
 mod paths;

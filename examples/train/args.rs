@@ -114,9 +114,10 @@ pub struct Args {
     /// --init-from folder's, if it has one; else --text is read as bytes).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// LM tasks: the model: `mamba2` (the default, sized by the flags below); a hybrid family
-    /// at the task's size (`granite`, `bamba`, `nemotron-h`, `falcon-h1`: the config.json files
-    /// in examples/train/hybrid); a published hybrid's shape (a preset: `granite-4.0-h-350m`,
+    /// LM tasks: the model: `mamba2` (the default, sized by the flags below); Mamba-3
+    /// (`mamba3`: mamba_ssm's config.json of Mamba-3 layers) or a hybrid family at the task's
+    /// size (`granite`, `bamba`, `nemotron-h`, `falcon-h1`), the config.json files in
+    /// examples/train/hybrid; a published hybrid's shape (a preset: `granite-4.0-h-350m`,
     /// `granite-4.0-h-1b`, `bamba-9b`, `nemotron-h-4b`, `falcon-h1-0.5b`, ...: `bench --mode
     /// hybrid-params` lists them); or a hybrid's config.json. A hybrid takes the task's
     /// vocabulary, the rest from its config; `--dt-range` and `--a-init-range` set its Mamba
@@ -397,7 +398,8 @@ pub fn backbone_config(args: &Args, d: &Defaults) -> Result<Mamba2BackboneConfig
 
 /// The task-sized configs of the hybrid families (`--model granite` etc.), each with the MQAR
 /// epochs it was measured to reach 99% in (docs/hybrids.md, Training).
-const HYBRID_FAMILIES: [(&str, &str, usize); 4] = [
+const HYBRID_FAMILIES: [(&str, &str, usize); 5] = [
+    ("mamba3", include_str!("hybrid/mamba3.json"), 12),
     ("granite", include_str!("hybrid/granite.json"), 24),
     ("bamba", include_str!("hybrid/bamba.json"), 12),
     ("nemotron-h", include_str!("hybrid/nemotron-h.json"), 24),

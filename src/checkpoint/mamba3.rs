@@ -152,7 +152,7 @@ pub fn load_mamba3<B: Backend>(
     device: &B::Device,
 ) -> Result<Mamba3<B>> {
     let tensors = WeightFiles::Single(file.to_path_buf()).read()?;
-    let layer = config.build::<B>(&ParamInit::deferred(device))?;
+    let layer = config.build::<B>(&ParamInit::deferred(device), 1.0)?;
     load_tensors(
         layer,
         &tensors,

@@ -68,6 +68,11 @@ impl StateSpacesConfig {
             reason,
         };
         let m = self.ssm_cfg;
+        if m.layer.as_deref() == Some("Mamba3") {
+            return Err(unsupported(
+                "ssm_cfg.layer = \"Mamba3\": a Mamba-3 model, which `load_hybrid` reads".into(),
+            ));
+        }
         if m.layer.as_deref() != Some("Mamba2") {
             return Err(unsupported(format!(
                 "ssm_cfg.layer = {:?} (only \"Mamba2\"; state-spaces defaults to Mamba-1)",

@@ -1,12 +1,14 @@
 //! Hybrid language models from folders as transformers 5.25's `save_pretrained` writes them
 //! (`config.json`, `model.safetensors` or shards, any float type): the family comes from
 //! `model_type`, its config and tensor names from the family's file (`granite`, `bamba`,
-//! `nemotron_h`, `falcon_h1`); what they share is here.
+//! `nemotron_h`, `falcon_h1`); `mamba_ssm`'s language models of Mamba-3 layers (no
+//! `model_type`, `ssm_cfg.layer = "Mamba3"`) likewise (`mamba_ssm`). What they share is here.
 
 mod bamba;
 mod export;
 mod falcon_h1;
 mod granite;
+mod mamba_ssm;
 mod nemotron_h;
 mod presets;
 
@@ -19,6 +21,7 @@ use burn::tensor::backend::Backend;
 use serde::Deserialize;
 
 use super::config::{from_json, model_type, read_json, HYBRID_MODEL_TYPES};
+use super::mamba3::mamba3_name;
 use super::safetensors::{check_tied_head, check_weights_fit, load_tensors, TensorSource};
 use super::weights::WeightFiles;
 use crate::error::{Mamba2Error, Result};
@@ -26,8 +29,9 @@ use crate::init::ParamInit;
 use crate::layers::rope::RotaryEmbeddingConfig;
 use crate::models::hybrid::{HybridConfig, HybridFamily, HybridLm, LayerKind};
 
-/// The `model_type`s [`load_hybrid`] reads.
-const MODEL_TYPES: &str = "granitemoehybrid, bamba, nemotron_h, falcon_h1";
+/// The `model_type`s [`load_hybrid`] reads (and `mamba_ssm`'s Mamba-3 models, which have none).
+const MODEL_TYPES: &str =
+    "granitemoehybrid, bamba, nemotron_h, falcon_h1; or mamba_ssm's ssm_cfg.layer \"Mamba3\"";
 
 /// transformers 5.25's defaults that Granite's, Bamba's and Falcon-H1's configs share (each
 /// family's own are in its file).
@@ -76,12 +80,16 @@ mod defaults {
 /// The name a tensor has in the files: see [`TensorSource`].
 type TensorName = TensorSource;
 
-/// Whether the folder `dir` holds a hybrid model (its `config.json` names one of the hybrid
-/// families' `model_type`s, those [`load_hybrid`] reads or not yet), which [`load_hybrid`]
-/// rather than [`load_lm`](crate::load_lm) reads.
+/// Whether the folder `dir` holds a model that [`load_hybrid`] rather than
+/// [`load_lm`](crate::load_lm) reads: its `config.json` names one of the hybrid families'
+/// `model_type`s (those [`load_hybrid`] reads or not yet), or is `mamba_ssm`'s with Mamba-3
+/// layers.
 pub fn is_hybrid_folder(dir: &Path) -> Result<bool> {
     let (value, _) = read_json(&dir.join("config.json"))?;
-    Ok(model_type(&value).is_some_and(|t| HYBRID_MODEL_TYPES.contains(&t)))
+    Ok(
+        model_type(&value).is_some_and(|t| HYBRID_MODEL_TYPES.contains(&t))
+            || mamba_ssm::is_mamba3_lm(&value),
+    )
 }
 
 /// Reads the hybrid config of the folder `dir` (`config.json`), by its `model_type`.
@@ -97,6 +105,9 @@ fn config_from_value(value: serde_json::Value, file: &Path, writer: &str) -> Res
     let file = file.to_path_buf();
     let kind = model_type(&value).map(str::to_owned);
     let config = match kind.as_deref() {
+        None if mamba_ssm::is_mamba3_lm(&value) => {
+            from_json::<mamba_ssm::MambaSsmConfig>(value, &file, writer)?.into_config(&file)
+        }
         Some("granitemoehybrid") => {
             from_json::<granite::GraniteConfig>(value, &file, writer)?.into_config(&file)
         }
@@ -153,6 +164,7 @@ fn source(config: &HybridConfig, path: &str) -> TensorName {
     let layout = match config.family {
         HybridFamily::Granite => &granite::LAYOUT,
         HybridFamily::Bamba => &bamba::LAYOUT,
+        HybridFamily::MambaSsm => &mamba_ssm::LAYOUT,
         HybridFamily::NemotronH => &nemotron_h::LAYOUT,
         HybridFamily::FalconH1 => &falcon_h1::LAYOUT,
     };
@@ -204,6 +216,9 @@ impl Layout {
             "ffn_norm.weight" => format!("{}.weight", self.ffn_norm),
             r => match r.strip_prefix("attention.") {
                 Some(t) => format!("{}.{t}", self.attention),
+                None if r.starts_with("mamba3.") => {
+                    format!("{}.{}", self.mamba, mamba3_name(&r["mamba3.".len()..]).0)
+                }
                 None => format!(
                     "{}.{}",
                     self.mamba,

@@ -90,7 +90,7 @@ pub struct HybridSpec {
     /// The `config.json` text.
     pub config_json: String,
     /// The range of the Mamba layers' initial step sizes `dt` (log-uniform), where a run sets
-    /// it (`None`: the mixer's default, 0.001 … 0.1). An init, so not in `config.json`.
+    /// it (`None`: the mixers' default, 0.001 … 0.1). An init, so not in `config.json`.
     #[serde(default)]
     pub dt_init_range: Option<(f64, f64)>,
     /// The range of the Mamba layers' initial decay rates `-A` (uniform), where a run sets it
@@ -163,6 +163,9 @@ impl HybridSpec {
         let mut config = self.config()?;
         if let Some((min, max)) = self.dt_init_range {
             (config.mixer.dt_min, config.mixer.dt_max) = (min, max);
+            if let Some(mamba3) = &mut config.mamba3 {
+                (mamba3.dt_min, mamba3.dt_max) = (min, max);
+            }
         }
         if let Some(range) = self.a_init_range {
             config.mixer.a_init_range = range;

@@ -93,6 +93,20 @@ impl Mamba3Config {
         2 * d_inner + 2 * bc + 3 * h + self.num_rope_angles()
     }
 
+    /// The number of parameters [`init`](Self::init) creates, in `f64` (no overflow for sizes
+    /// read from a corrupt file).
+    pub fn param_count(&self) -> f64 {
+        let f = |v: usize| v as f64;
+        let (d, d_inner, h) = (f(self.d_model), f(self.d_inner()), f(self.nheads()));
+        let (n, p, r) = (f(self.d_state), f(self.headdim), f(self.rank()));
+        let projections = d * f(self.d_in_proj()) + d_inner * d;
+        // dt_bias and D, the B/C biases, the B/C norms
+        let small = 2.0 * h + 2.0 * h * r * n + 2.0 * n;
+        let norm = if self.is_outproj_norm { d_inner } else { 0.0 };
+        let mimo = if self.is_mimo { 3.0 * h * r * p } else { 0.0 };
+        projections + small + norm + mimo
+    }
+
     /// Checks every size and setting, naming the field at fault.
     pub fn validate(&self) -> crate::error::Result<()> {
         let bad =
@@ -172,11 +186,16 @@ impl Mamba3Config {
     ///
     /// Seed the backend (`B::seed`) for reproducible weights.
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::error::Result<Mamba3<B>> {
-        self.build(&ParamInit::now(device))
+        self.build(&ParamInit::now(device), 1.0)
     }
 
-    /// [`init`](Self::init) with parameters made by `init`.
-    pub(crate) fn build<B: Backend>(&self, init: &ParamInit<B>) -> crate::error::Result<Mamba3<B>> {
+    /// [`init`](Self::init) with parameters made by `init`, out_proj's weight multiplied by
+    /// `out_proj_scale` (a language model's `1/√n_layer`, as `mamba_ssm` rescales it).
+    pub(crate) fn build<B: Backend>(
+        &self,
+        init: &ParamInit<B>,
+        out_proj_scale: f64,
+    ) -> crate::error::Result<Mamba3<B>> {
         self.validate()?;
         let (d_inner, h, n, p, r) = (
             self.d_inner(),
@@ -203,7 +222,7 @@ impl Mamba3Config {
                     .with_norm_before_gate(true)
                     .build(init)
             }),
-            out_proj: init.linear(d_inner, self.d_model, false, 1.0),
+            out_proj: init.linear(d_inner, self.d_model, false, out_proj_scale),
             mimo_x: self.is_mimo.then(|| init.full([h, r, p], 1.0 / r as f64)),
             mimo_z: self.is_mimo.then(|| init.full([h, r, p], 1.0)),
             mimo_o: self.is_mimo.then(|| init.full([h, r, p], 1.0 / r as f64)),

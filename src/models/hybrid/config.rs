@@ -10,6 +10,7 @@ use super::lm::HybridLm;
 use crate::error::Mamba2Error;
 use crate::init::ParamInit;
 use crate::layers::attention::AttentionConfig;
+use crate::layers::mamba3::Mamba3Config;
 use crate::layers::mixer::Mamba2Config;
 use crate::layers::mlp::MlpConfig;
 use crate::layers::moe::MoeConfig;
@@ -22,6 +23,9 @@ pub enum HybridFamily {
     Granite,
     /// IBM's Bamba (`bamba`).
     Bamba,
+    /// `mamba_ssm`'s `MambaLMHeadModel` with Mamba-3 layers (its `config.json`, no
+    /// `model_type`).
+    MambaSsm,
     /// NVIDIA's Nemotron-H (`nemotron_h`).
     NemotronH,
     /// TII's Falcon-H1 (`falcon_h1`).
@@ -29,11 +33,14 @@ pub enum HybridFamily {
 }
 
 impl HybridFamily {
-    /// transformers' `model_type`.
+    /// transformers' `model_type` (`mamba_ssm` for [`MambaSsm`](Self::MambaSsm), whose files
+    /// name none).
     pub fn model_type(&self) -> &'static str {
         match self {
             Self::Granite => "granitemoehybrid",
             Self::Bamba => "bamba",
+            // mamba_ssm's files have no model_type: its readers tell them by `ssm_cfg`
+            Self::MambaSsm => "mamba_ssm",
             Self::NemotronH => "nemotron_h",
             Self::FalconH1 => "falcon_h1",
         }
@@ -57,6 +64,8 @@ pub struct HybridConfig {
     pub layers: Vec<LayerKind>,
     /// The Mamba-2 layers' config (its `d_model` is the model's width).
     pub mixer: Mamba2Config,
+    /// The Mamba-3 layers' config (of the same `d_model`). Default: none.
+    pub mamba3: Option<Mamba3Config>,
     /// The attention layers' config.
     pub attention: AttentionConfig,
     /// The MLP after each mixer, and of each MLP layer.
@@ -156,6 +165,24 @@ impl HybridConfig {
                 format!("{} times the width {d} overflows", self.vocab_size),
             ));
         }
+        match &self.mamba3 {
+            Some(mamba3) => {
+                mamba3.validate()?;
+                if mamba3.d_model != d {
+                    return Err(Mamba2Error::config(
+                        "mamba3.d_model",
+                        format!("{} differs from the model's width {d}", mamba3.d_model),
+                    ));
+                }
+            }
+            None if self.layers.contains(&LayerKind::Mamba3) => {
+                return Err(Mamba2Error::config(
+                    "mamba3",
+                    "the pattern has Mamba-3 layers but the config no Mamba-3 layer config",
+                ));
+            }
+            None => {}
+        }
         let has = |kinds: [LayerKind; 2]| kinds.iter().any(|k| self.layers.contains(k));
         if has([LayerKind::Mamba, LayerKind::Parallel]) {
             self.mixer.validate()?;
@@ -201,6 +228,7 @@ impl HybridConfig {
         };
         let mlp = self.mlp.param_count();
         let moe = self.moe.as_ref().map_or(0.0, MoeConfig::param_count);
+        let mamba3 = self.mamba3.as_ref().map_or(0.0, Mamba3Config::param_count);
         // the MLP (and the experts) after a mixer, and its norm
         let ffn = if self.mlp_after_mixer {
             mlp + moe + d
@@ -216,11 +244,23 @@ impl HybridConfig {
                 LayerKind::Parallel => mamba + attention + ffn,
                 LayerKind::Mlp => mlp,
                 LayerKind::Moe => moe,
+                LayerKind::Mamba3 => mamba3 + ffn,
             } + d)
             .sum();
         let embedding = f(self.vocab_size) * d;
         let head = if self.tie_embeddings { 0.0 } else { embedding };
         layers + d + embedding + head
+    }
+
+    /// The factor of the Mamba-3 layers' initial out_proj weights: `mamba_ssm`'s
+    /// `1/√(residuals · n_layer)` (its `_init_weights`, with one residual branch per layer, two
+    /// with an MLP after the mixer), 1 in the other families (transformers' own init).
+    fn mamba3_out_proj_scale(&self) -> f64 {
+        if self.family != HybridFamily::MambaSsm {
+            return 1.0;
+        }
+        let residuals = if self.mlp_after_mixer { 2.0 } else { 1.0 };
+        1.0 / (residuals * self.layers.len() as f64).sqrt()
     }
 
     /// The number of parameters of the model.
@@ -241,6 +281,7 @@ impl HybridConfig {
         self.validate()?;
         let (v, d) = (self.vocab_size, self.d_model());
         let norm = RmsNormConfig::new(d).with_eps(self.norm_eps);
+        let mamba3_scale = self.mamba3_out_proj_scale();
         let layers = self
             .layers
             .iter()
@@ -253,6 +294,12 @@ impl HybridConfig {
                     mamba: matches!(kind, LayerKind::Mamba | LayerKind::Parallel)
                         .then(|| self.mixer.build(init, 1.0))
                         .transpose()?,
+                    mamba3: match &self.mamba3 {
+                        Some(config) if kind == LayerKind::Mamba3 => {
+                            Some(config.build(init, mamba3_scale)?)
+                        }
+                        _ => None,
+                    },
                     attention: matches!(kind, LayerKind::Attention | LayerKind::Parallel)
                         .then(|| self.attention.build(init))
                         .transpose()?,

@@ -1,4 +1,5 @@
-//! One layer of a hybrid model and its cache: a token mixer (the Mamba-2 layer or attention)
+//! One layer of a hybrid model and its cache: a token mixer (a Mamba-2 or Mamba-3 layer, or
+//! attention)
 //! and a feed-forward part (an MLP, a mixture of experts, or both summed), each behind an
 //! RMSNorm on a scaled residual branch; or, in the families whose layers are one operation each
 //! (Nemotron-H), the mixer, the MLP or the mixture of experts alone.
@@ -8,13 +9,14 @@ use burn::module::Module;
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::layers::attention::{Attention, KvCache, PackedTokens};
+use crate::layers::mamba3::Mamba3;
 use crate::layers::mixer::Mamba2;
 use crate::layers::mlp::Mlp;
 use crate::layers::moe::Moe;
 use crate::layers::norm::RmsNorm;
 use crate::layers::state::Mamba2State;
 use crate::precision::{cast_to, reshape_via_flat};
-use crate::ssd::SsdBackend;
+use crate::ssd::{SsdBackend, TrapezoidalState};
 
 /// What a layer computes first: its token mixer (or two side by side), or (in Nemotron-H) an
 /// MLP or a mixture of experts alone.
@@ -31,15 +33,20 @@ pub enum LayerKind {
     Parallel,
     /// A mixture of experts ([`Moe`], with its shared expert) on its own (Nemotron-H's `moe`).
     Moe,
+    /// A [`Mamba3`] layer (`mamba_ssm`'s `ssm_cfg.layer = "Mamba3"`).
+    Mamba3,
 }
 
 /// What one layer carries from one piece of a sequence to the next: the Mamba-2 layer's conv
-/// and SSM state, or the attention's keys and values.
+/// and SSM state, the Mamba-3 layer's state, or the attention's keys and values (each `None`
+/// where the layer has no such part, or before the first token).
 #[derive(Clone, Debug)]
 pub struct LayerCache<B: Backend> {
-    /// The Mamba-2 layer's state (`None` for an attention layer, or before the first token).
+    /// The Mamba-2 layer's state.
     pub mamba: Option<Mamba2State<B>>,
-    /// The attention's keys and values (`None` for a Mamba-2 layer, or before the first token).
+    /// The Mamba-3 layer's state.
+    pub mamba3: Option<TrapezoidalState<B>>,
+    /// The attention's keys and values.
     pub kv: Option<KvCache<B>>,
 }
 
@@ -48,6 +55,7 @@ impl<B: Backend> LayerCache<B> {
     pub fn empty() -> Self {
         Self {
             mamba: None,
+            mamba3: None,
             kv: None,
         }
     }
@@ -56,6 +64,7 @@ impl<B: Backend> LayerCache<B> {
     pub fn detach(self) -> Self {
         Self {
             mamba: self.mamba.map(Mamba2State::detach),
+            mamba3: self.mamba3.map(TrapezoidalState::detach),
             kv: self.kv.map(KvCache::detach),
         }
     }
@@ -64,7 +73,7 @@ impl<B: Backend> LayerCache<B> {
 /// A pre-norm layer: `h ← h + r · mixer(input_norm(h))`, then, where the layer has both,
 /// `h ← h + r · ffn(ffn_norm(h))`, with `r` the residual multiplier and `ffn` the MLP, the
 /// mixture of experts, or the sum of both (Granite's `shared_mlp` beside its experts). The mixer
-/// is `mamba`, `attention`, or both side by side (`o_m · mamba(i_m · u) + o_a · attention(i_a ·
+/// is `mamba` (or `mamba3`), `attention`, or both side by side (`o_m · mamba(i_m · u) + o_a · attention(i_a ·
 /// u)`, with the branches' in and out multipliers); with neither, the layer is its feed-forward
 /// part alone: `h ← h + r · ffn(input_norm(h))`.
 #[derive(Module, Debug)]
@@ -73,6 +82,8 @@ pub struct HybridLayer<B: Backend> {
     pub input_norm: RmsNorm<B>,
     /// The Mamba-2 mixer, in a Mamba layer.
     pub mamba: Option<Mamba2<B>>,
+    /// The Mamba-3 mixer, in a Mamba-3 layer.
+    pub mamba3: Option<Mamba3<B>>,
     /// The attention, in an attention layer.
     pub attention: Option<Attention<B>>,
     /// The norm before the MLP that follows the mixer (`None` in an MLP layer, and in the
@@ -92,6 +103,9 @@ pub struct HybridLayer<B: Backend> {
 impl<B: Backend> HybridLayer<B> {
     /// What the layer computes first.
     pub fn kind(&self) -> LayerKind {
+        if self.mamba3.is_some() {
+            return LayerKind::Mamba3;
+        }
         match (&self.mamba, &self.attention) {
             (Some(_), Some(_)) => LayerKind::Parallel,
             (Some(_), None) => LayerKind::Mamba,
@@ -136,6 +150,11 @@ impl<B: Backend> HybridLayer<B> {
             }
             None => h,
         }
+    }
+
+    /// Whether the layer has a token mixer (a Mamba layer or attention).
+    fn has_mixer(&self) -> bool {
+        self.mamba.is_some() || self.mamba3.is_some() || self.attention.is_some()
     }
 
     /// A layer without a mixer: `h + r · ffn(input_norm(h))`.
@@ -184,7 +203,7 @@ impl<B: Backend> HybridLayer<B> {
     where
         B: SsdBackend,
     {
-        if self.mamba.is_none() && self.attention.is_none() {
+        if !self.has_mixer() {
             return Ok((self.ffn_alone(h), LayerCache::empty()));
         }
         let (cache, packed) = match context {
@@ -201,6 +220,18 @@ impl<B: Backend> HybridLayer<B> {
                 mamba.forward_documents(scaled(u.clone(), mi), documents, cache.mamba)?;
             out = Some(scaled(y, mo));
             next.mamba = Some(state);
+        }
+        if let Some(mamba3) = &self.mamba3 {
+            if packed.is_some() {
+                return Err(crate::error::Mamba2Error::InvalidInput {
+                    name: "documents",
+                    reason: "packed documents are not supported by Mamba-3 layers yet".into(),
+                });
+            }
+            let (mi, mo) = self.mamba_multipliers;
+            let (y, state) = mamba3.forward(scaled(u.clone(), mi), cache.mamba3)?;
+            out = Some(scaled(y, mo));
+            next.mamba3 = Some(state);
         }
         if let Some(attention) = &self.attention {
             let (ai, ao) = self.attention_multipliers;
@@ -240,7 +271,7 @@ impl<B: Backend> HybridLayer<B> {
         // the step of `granite_dense` gave every row the logits of row 0 on Wgpu with fusion
         // (see `precision::reshape_via_flat`); a flat copy for attention, none for the Mamba step
         let [b, d] = h.dims();
-        if self.mamba.is_none() && self.attention.is_none() {
+        if !self.has_mixer() {
             return Ok((self.ffn_alone(h), LayerCache::empty()));
         }
         let u = self.input_norm.forward(h.clone());
@@ -255,6 +286,16 @@ impl<B: Backend> HybridLayer<B> {
             let (y, state) = mamba.step(scaled(u.clone(), mi), state)?;
             out = Some(scaled(y, mo));
             next.mamba = Some(state);
+        }
+        if let Some(mamba3) = &self.mamba3 {
+            let state = match cache.mamba3 {
+                Some(state) => state,
+                None => mamba3.zero_state(b, &h.device()),
+            };
+            let (mi, mo) = self.mamba_multipliers;
+            let (y, state) = mamba3.step(scaled(u.clone(), mi), state)?;
+            out = Some(scaled(y, mo));
+            next.mamba3 = Some(state);
         }
         if let Some(attention) = &self.attention {
             let (ai, ao) = self.attention_multipliers;

@@ -33,6 +33,16 @@ impl<B: Backend> TrapezoidalState<B> {
             v: Tensor::zeros([b, h, p], f32),
         }
     }
+
+    /// Cuts the autodiff graph (truncated backpropagation through time).
+    pub fn detach(self) -> Self {
+        Self {
+            angle: self.angle.detach(),
+            ssm: self.ssm.detach(),
+            k: self.k.detach(),
+            v: self.v.detach(),
+        }
+    }
 }
 
 /// The rank-`R` part of a MIMO scan (`mamba_ssm`'s `is_mimo`): the per-rank projections of `x`,
