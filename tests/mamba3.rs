@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
-use mamba2_burn::ssd::{trapezoidal_scan, Mimo, TrapezoidalInput, TrapezoidalState};
+use mamba2_burn::ssd::{
+    trapezoidal_scan, Mimo, SsdAutodiffBackend, TrapezoidalInput, TrapezoidalState,
+};
 
 use crate::common::golden::{values, Expected, Report, F32_TOL};
 
@@ -57,14 +59,22 @@ pub(crate) fn cases(level: &str, variant: &str) -> Vec<PathBuf> {
     dirs
 }
 
-/// A leaf tensor of the case that takes gradients.
-pub(crate) fn leaf<const D: usize>(e: &Expected, name: &str) -> Tensor<B, D> {
-    e.float::<B, D>(name, &Default::default()).require_grad()
+/// A leaf tensor of the case on `dev` that takes gradients.
+pub(crate) fn leaf<A: SsdAutodiffBackend, const D: usize>(
+    e: &Expected,
+    name: &str,
+    dev: &A::Device,
+) -> Tensor<A, D> {
+    e.float::<A, D>(name, dev).require_grad()
 }
 
 /// A leaf of the case that takes gradients, where the case has it (an optional input).
-pub(crate) fn optional_leaf<const D: usize>(e: &Expected, name: &str) -> Option<Tensor<B, D>> {
-    e.get(name).map(|_| leaf::<D>(e, name))
+fn optional_leaf<A: SsdAutodiffBackend, const D: usize>(
+    e: &Expected,
+    name: &str,
+    dev: &A::Device,
+) -> Option<Tensor<A, D>> {
+    e.get(name).map(|_| leaf::<A, D>(e, name, dev))
 }
 
 /// `actual` against `expected` modulo 2π: the wrapped difference, relative to 2π.
@@ -93,26 +103,25 @@ pub(crate) fn compare_angles(
     }
 }
 
-/// An op case's chunk length and sequence length (`case.json`).
-fn op_lengths(dir: &Path) -> (usize, usize) {
+/// The chunk lengths an op case runs at: its own (`case.json`), 5 (chunks that do not divide
+/// the sequence) and its whole length (one chunk).
+fn op_lengths(dir: &Path) -> Vec<usize> {
     let case = case_json(dir);
     let chunk = case["chunk_size"].as_u64().unwrap() as usize;
-    (chunk, case["sizes"]["L"].as_u64().unwrap() as usize)
+    vec![chunk, 5, case["sizes"]["L"].as_u64().unwrap() as usize]
 }
 
-/// Runs `check` on each case folder at its chunk length, at 5 (chunks that do not divide the
-/// sequence) and at its whole length (one chunk), as `lengths` gives them; prints each case's
+/// Runs `check` on each case folder at each chunk length `lengths` gives it; prints each case's
 /// worst errors and fails naming every case with an error off its tolerance.
 pub(crate) fn check_cases(
     dirs: Vec<PathBuf>,
-    lengths: impl Fn(&Path) -> (usize, usize),
+    lengths: impl Fn(&Path) -> Vec<usize>,
     check: impl Fn(&Path, usize, &mut Report),
 ) {
     let mut failed = Vec::new();
     for dir in dirs {
-        let (chunk, length) = lengths(&dir);
         let mut report = Report::new(F32_TOL);
-        for c in [chunk, 5, length] {
+        for c in lengths(&dir) {
             check(&dir, c, &mut report);
         }
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
@@ -132,36 +141,41 @@ pub(crate) fn check_cases(
 }
 
 /// One op-level SISO case at chunk length `chunk`: every comparison into `report`.
-fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
+pub(crate) fn check_siso_op<A: SsdAutodiffBackend>(
+    dir: &Path,
+    chunk: usize,
+    report: &mut Report,
+    dev: &A::Device,
+) {
     let e = Expected::read(&dir.join("expected.safetensors"));
     let init_names = ["init.angle", "init.ssm", "init.k", "init.v"];
     let has_init = e.get("init.ssm").is_some();
     // [b, h, l] in the files, [b, l, h] in the scan
     let (adt, dt, trap) = (
-        leaf::<3>(&e, "ADT"),
-        leaf::<3>(&e, "DT"),
-        leaf::<3>(&e, "Trap"),
+        leaf::<A, 3>(&e, "ADT", dev),
+        leaf::<A, 3>(&e, "DT", dev),
+        leaf::<A, 3>(&e, "Trap", dev),
     );
     let (q, k, v, z) = (
-        leaf::<4>(&e, "Q"),
-        leaf::<4>(&e, "K"),
-        leaf::<4>(&e, "V"),
-        optional_leaf::<4>(&e, "Z"),
+        leaf::<A, 4>(&e, "Q", dev),
+        leaf::<A, 4>(&e, "K", dev),
+        leaf::<A, 4>(&e, "V", dev),
+        optional_leaf::<A, 4>(&e, "Z", dev),
     );
     let (q_bias, k_bias, angles, d) = (
-        leaf::<2>(&e, "Q_bias"),
-        leaf::<2>(&e, "K_bias"),
-        leaf::<4>(&e, "Angles"),
-        optional_leaf::<1>(&e, "D"),
+        leaf::<A, 2>(&e, "Q_bias", dev),
+        leaf::<A, 2>(&e, "K_bias", dev),
+        leaf::<A, 4>(&e, "Angles", dev),
+        optional_leaf::<A, 1>(&e, "D", dev),
     );
     // a rank of 1 in the scan's layouts: biases [h, 1, n], the key state [b, 1, h, n]
-    let rank_one = |t: Tensor<B, 2>| t.unsqueeze_dim::<3>(1);
-    let init_k = has_init.then(|| leaf::<3>(&e, "init.k"));
+    let rank_one = |t: Tensor<A, 2>| t.unsqueeze_dim::<3>(1);
+    let init_k = has_init.then(|| leaf::<A, 3>(&e, "init.k", dev));
     let initial = has_init.then(|| TrapezoidalState {
-        angle: leaf::<3>(&e, "init.angle"),
-        ssm: leaf::<4>(&e, "init.ssm"),
+        angle: leaf::<A, 3>(&e, "init.angle", dev),
+        ssm: leaf::<A, 4>(&e, "init.ssm", dev),
         k: init_k.clone().unwrap().unsqueeze_dim::<4>(1),
-        v: leaf::<3>(&e, "init.v"),
+        v: leaf::<A, 3>(&e, "init.v", dev),
     });
     let (y, state) = trapezoidal_scan(TrapezoidalInput {
         q: q.clone(),
@@ -198,7 +212,7 @@ fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
         report.compare(&at(name), t, expect(name), false);
     }
 
-    let w = e.float::<B, 4>("w", &Default::default());
+    let w = e.float::<A, 4>("w", dev);
     let loss = (y * w).sum();
     report.compare(&at("loss"), loss.clone().into_data(), expect("loss"), false);
     let grads = loss.backward();
@@ -236,34 +250,44 @@ fn check_siso_op(dir: &Path, chunk: usize, report: &mut Report) {
 /// sequence) and at its whole length (one chunk).
 #[test]
 fn siso_scan_cases() {
-    check_cases(cases("op", "siso"), op_lengths, check_siso_op);
+    check_cases(cases("op", "siso"), op_lengths, |dir, chunk, report| {
+        check_siso_op::<B>(dir, chunk, report, &Default::default())
+    });
 }
 
 /// One op-level MIMO case at chunk length `chunk`: every comparison into `report`.
-fn check_mimo_op(dir: &Path, chunk: usize, report: &mut Report) {
+pub(crate) fn check_mimo_op<A: SsdAutodiffBackend>(
+    dir: &Path,
+    chunk: usize,
+    report: &mut Report,
+    dev: &A::Device,
+) {
     let e = Expected::read(&dir.join("expected.safetensors"));
     let case = case_json(dir);
     let (adt, dt, trap) = (
-        leaf::<3>(&e, "ADT"),
-        leaf::<3>(&e, "DT"),
-        leaf::<3>(&e, "Trap"),
+        leaf::<A, 3>(&e, "ADT", dev),
+        leaf::<A, 3>(&e, "DT", dev),
+        leaf::<A, 3>(&e, "Trap", dev),
     );
     // [b, l, r, g, n] in the files, [b, l, r·g, n] in the scan
-    let (q, k) = (leaf::<5>(&e, "Q"), leaf::<5>(&e, "K"));
+    let (q, k) = (leaf::<A, 5>(&e, "Q", dev), leaf::<A, 5>(&e, "K", dev));
     let [b, l, r, g, n] = q.dims();
     let (v, z, angles, d) = (
-        leaf::<4>(&e, "V"),
-        optional_leaf::<4>(&e, "Z"),
-        leaf::<4>(&e, "Angles"),
-        optional_leaf::<1>(&e, "D"),
+        leaf::<A, 4>(&e, "V", dev),
+        optional_leaf::<A, 4>(&e, "Z", dev),
+        leaf::<A, 4>(&e, "Angles", dev),
+        optional_leaf::<A, 1>(&e, "D", dev),
     );
-    let (q_bias, k_bias) = (leaf::<3>(&e, "Q_bias"), leaf::<3>(&e, "K_bias"));
+    let (q_bias, k_bias) = (
+        leaf::<A, 3>(&e, "Q_bias", dev),
+        leaf::<A, 3>(&e, "K_bias", dev),
+    );
     let (mimo_v, mimo_z, mimo_out) = (
-        leaf::<3>(&e, "MIMO_V"),
-        optional_leaf::<3>(&e, "MIMO_Z"),
-        leaf::<3>(&e, "MIMO_Out"),
+        leaf::<A, 3>(&e, "MIMO_V", dev),
+        optional_leaf::<A, 3>(&e, "MIMO_Z", dev),
+        leaf::<A, 3>(&e, "MIMO_Out", dev),
     );
-    let norm_weight = optional_leaf::<2>(&e, "norm_weight");
+    let norm_weight = optional_leaf::<A, 2>(&e, "norm_weight", dev);
     let eps = case["norm_eps"].as_f64().unwrap_or(1e-5);
     let (y, state) = trapezoidal_scan(TrapezoidalInput {
         q: q.clone().reshape([b, l, r * g, n]),
@@ -304,7 +328,7 @@ fn check_mimo_op(dir: &Path, chunk: usize, report: &mut Report) {
     ] {
         report.compare(&at(name), t, expect(name), false);
     }
-    let w = e.float::<B, 4>("w", &Default::default());
+    let w = e.float::<A, 4>("w", dev);
     let loss = (y * w).sum();
     report.compare(&at("loss"), loss.clone().into_data(), expect("loss"), false);
     let grads = loss.backward();
@@ -337,5 +361,7 @@ fn check_mimo_op(dir: &Path, chunk: usize, report: &mut Report) {
 /// output, the fused norm), at its chunk length, at 5 and at its whole length.
 #[test]
 fn mimo_scan_cases() {
-    check_cases(cases("op", "mimo"), op_lengths, check_mimo_op);
+    check_cases(cases("op", "mimo"), op_lengths, |dir, chunk, report| {
+        check_mimo_op::<B>(dir, chunk, report, &Default::default())
+    });
 }

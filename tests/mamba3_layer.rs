@@ -4,13 +4,14 @@
 //! parameter), the decode tokens continued from that state by the forward and by the step,
 //! and the prompt run through the step from a fresh state, each at the case's chunk length, at
 //! 5 and at the whole length, within the Mamba-2 cases' `f32` tolerances; a layer written back
-//! in `mamba_ssm`'s form; the errors that name each bad setting or shape.
+//! in `mamba_ssm`'s form; the errors that name each bad setting or shape. Every case again on
+//! Wgpu (ignored: it needs a device driver; CI runs it over lavapipe).
 
 use std::path::Path;
 
 use burn::tensor::Tensor;
 use mamba2_burn::checkpoint::{load_mamba3, mamba3_config_from_json, mamba3_name, save_mamba3};
-use mamba2_burn::ssd::TrapezoidalState;
+use mamba2_burn::ssd::{SsdAutodiffBackend, TrapezoidalState};
 use mamba2_burn::{Mamba3, Mamba3Config};
 
 use crate::common::golden::{collect_grads, transpose, Expected, Report};
@@ -18,25 +19,19 @@ use crate::mamba3::{case_json, cases, check_cases, compare_angles, leaf, B};
 
 /// A layer case's layer, loaded from its `model.safetensors` (`mamba_ssm`'s state dict) with
 /// the scan at chunk length `chunk`.
-fn layer_of(dir: &Path, chunk: usize) -> Mamba3<B> {
+fn layer_of<A: SsdAutodiffBackend>(dir: &Path, chunk: usize, dev: &A::Device) -> Mamba3<A> {
     let json = std::fs::read_to_string(dir.join("config.json")).expect("config.json");
     let config = mamba3_config_from_json(&json, &dir.join("config.json"))
         .expect("the case's config")
         .with_chunk_size(chunk);
-    load_mamba3::<B>(
-        &config,
-        &dir.join("model.safetensors"),
-        "",
-        &Default::default(),
-    )
-    .expect("the case's weights")
+    load_mamba3::<A>(&config, &dir.join("model.safetensors"), "", dev).expect("the case's weights")
 }
 
 /// The layer's state against the case's `{prefix}.angle`, `.ssm`, `.k` and `.v`.
-fn compare_state(
+fn compare_state<A: SsdAutodiffBackend>(
     report: &mut Report,
     what: &str,
-    state: &TrapezoidalState<B>,
+    state: &TrapezoidalState<A>,
     e: &Expected,
     prefix: &str,
 ) {
@@ -69,17 +64,22 @@ fn grad_name(path: &str) -> (String, bool) {
 /// the gradient of the input and of every parameter); the decode tokens continued from the
 /// prompt's state by the forward and by the step; the prompt through the step from a fresh
 /// state.
-fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
+pub(crate) fn check_layer<A: SsdAutodiffBackend>(
+    dir: &Path,
+    chunk: usize,
+    report: &mut Report,
+    dev: &A::Device,
+) {
     let e = Expected::read(&dir.join("expected.safetensors"));
-    let layer = layer_of(dir, chunk);
+    let layer = layer_of::<A>(dir, chunk, dev);
     let at = |what: &str| format!("chunk {chunk}: {what}");
     let expect = |name: &str| e.get(name).unwrap_or_else(|| panic!("{name}"));
 
-    let x = leaf::<3>(&e, "x");
+    let x = leaf::<A, 3>(&e, "x", dev);
     let (y, state) = layer.forward(x.clone(), None).unwrap();
     report.compare(&at("y"), y.clone().into_data(), expect("y"), false);
     compare_state(report, &at("forward"), &state, &e, "state");
-    let w = e.float::<B, 3>("w", &Default::default());
+    let w = e.float::<A, 3>("w", dev);
     let loss = (y.clone() * w).sum();
     report.compare(&at("loss"), loss.clone().into_data(), expect("loss"), false);
     let grads = loss.backward();
@@ -105,7 +105,7 @@ fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
         k: state.k.detach(),
         v: state.v.detach(),
     };
-    let xd = e.float::<B, 3>("decode_x", &Default::default());
+    let xd = e.float::<A, 3>("decode_x", dev);
     let (yd, after) = layer.forward(xd.clone(), Some(state.clone())).unwrap();
     report.compare(
         &at("forward: decode_y"),
@@ -134,7 +134,7 @@ fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
 
     // the prompt through the step, from a fresh state
     let [b, l, d] = x.dims();
-    let mut current = layer.zero_state(b, &Default::default());
+    let mut current = layer.zero_state(b, dev);
     let mut ys = Vec::new();
     for i in 0..l {
         let token = x.clone().detach().narrow(1, i, 1).reshape([b, d]);
@@ -151,18 +151,27 @@ fn check_layer(dir: &Path, chunk: usize, report: &mut Report) {
     compare_state(report, &at("step from zero"), &current, &e, "state");
 }
 
+/// A layer case's chunk length (`config.json`).
+fn layer_chunk(dir: &Path) -> usize {
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["chunk_size"].as_u64().unwrap() as usize
+}
+
+/// The chunk lengths a layer case runs at: its own, 5 and its prompt's length (`case.json`).
+fn layer_lengths(dir: &Path) -> Vec<usize> {
+    let length = case_json(dir)["seqlen"].as_u64().unwrap() as usize;
+    vec![layer_chunk(dir), 5, length]
+}
+
 /// Every layer case, SISO and MIMO (`mamba_ssm`'s `Mamba3` with its state dict): at its chunk
 /// length, at 5 and at its whole length.
 #[test]
 fn layer_cases() {
-    let lengths = |dir: &Path| {
-        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
-        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let chunk = config["chunk_size"].as_u64().unwrap() as usize;
-        (chunk, case_json(dir)["seqlen"].as_u64().unwrap() as usize)
-    };
     let dirs = [cases("layer", "siso"), cases("layer", "mimo")].concat();
-    check_cases(dirs, lengths, check_layer);
+    check_cases(dirs, layer_lengths, |dir, chunk, report| {
+        check_layer::<B>(dir, chunk, report, &Default::default())
+    });
 }
 
 /// A layer written back (`save_mamba3`) is the case's folder again: the state dict name for
@@ -260,4 +269,23 @@ fn bad_layer_settings_and_shapes_are_named() {
             .unwrap_err(),
     );
     assert!(e.contains("state.angle"), "{e}");
+}
+
+/// Every Mamba-3 layer case at its chunk length (forward, every gradient, decode by the forward
+/// and by the step, the step from a fresh state) on Burn's Wgpu backend with kernel fusion, as
+/// `burn::backend::Wgpu` and `Cuda` are: Burn's GPU code path (burn-cubecl, shared with
+/// burn-cuda) over lavapipe in CI. The op-level cases and the other chunk lengths run the same
+/// tensor operations on other shapes: NdArray checks them (each new shape is kernels lavapipe
+/// compiles: all of them took over 12 minutes there).
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "needs a device driver: run with -- --ignored"]
+fn mamba3_cases_wgpu() {
+    type A = burn::backend::Autodiff<burn::backend::Wgpu<f32, i32>>;
+    let dev = burn::backend::wgpu::WgpuDevice::default();
+    let dirs = [cases("layer", "siso"), cases("layer", "mimo")].concat();
+    let own_chunk = |dir: &Path| vec![layer_chunk(dir)];
+    check_cases(dirs, own_chunk, |dir, chunk, report| {
+        check_layer::<A>(dir, chunk, report, &dev)
+    });
 }

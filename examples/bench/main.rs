@@ -42,7 +42,9 @@
 //!
 //! `--hybrid granite-4.0-h-350m` (another preset, or a `config.json`) runs train, forward and
 //! decode on that hybrid model instead (`hybrid.rs`; the PyTorch side is
-//! `scripts/torch_hybrid_bench.py`).
+//! `scripts/torch_hybrid_bench.py`). `--model mamba2,mamba3 --vocab 256` runs train, forward and
+//! decode on the Mamba-2 language model, then on `mamba_ssm`'s Mamba-3 one of the same sizes,
+//! side by side in one process.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -117,6 +119,12 @@ struct Args {
     /// prompt) run it with random weights on random ids of its vocabulary.
     #[arg(long)]
     hybrid: Option<String>,
+    /// The layer of the model: `mamba2`, or `mamba3` (`mamba_ssm`'s language model of Mamba-3
+    /// layers of the same sizes, `--vocab` or `--preset` giving its vocabulary; train, forward
+    /// and decode). Comma separated, the modes run for each in turn, in one process (after the
+    /// batches), side by side.
+    #[arg(long, default_value = "mamba2", value_delimiter = ',')]
+    model: Vec<String>,
     /// Train mode of a language model (`--preset`, `--vocab`, `--hybrid`): fine-tune with
     /// low-rank adapters of this rank (`with_lora`, the default targets) in place of the
     /// weights, which stay frozen (side by side with `scripts/torch_finetune_bench.py
@@ -215,6 +223,11 @@ impl Args {
 
     fn vocab(&self) -> usize {
         self.vocab.unwrap_or(0)
+    }
+
+    /// This run's `--model` (one per run: `run` splits a list).
+    fn model(&self) -> &str {
+        &self.model[0]
     }
 }
 
@@ -941,11 +954,15 @@ fn run<B: SsdBackend>(
             } else {
                 &args.scan_products[..]
             };
-            for products in variants {
+            for (products, model) in variants
+                .iter()
+                .flat_map(|p| args.model.iter().map(move |m| (p, m)))
+            {
                 let args = Args {
                     ssd: vec![ssd.clone()],
                     scan_products: vec![products.clone()],
                     batch: vec![batch],
+                    model: vec![model.clone()],
                     ..args.clone()
                 };
                 // the models' scans on this thread (a GPU's train and forward run on one)
@@ -964,6 +981,10 @@ fn run_modes<B: SsdBackend>(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let tokens = (args.batch() * args.seq_len) as f64;
     for mode in &args.mode {
+        if args.model() == "mamba3" && !["train", "forward", "decode"].contains(&mode.as_str()) {
+            eprintln!("--mode {mode} runs Mamba-2 only: skipped for mamba3");
+            continue;
+        }
         match mode.as_str() {
             "train" => bench_train::<Autodiff<B>>(args, device, memory).map(|t| {
                 let mut extra = json!({ "tokens_per_s": tokens / t });
