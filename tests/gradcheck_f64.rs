@@ -1,6 +1,7 @@
 //! Gradient checks in f64 (`Autodiff<NdArray<f64>>`): autodiff gradients of the chunked SSD and
-//! of the whole mixer against central differences, and a training step spread over threads
-//! against the whole batch's.
+//! of the whole mixer against central differences, a training step spread over threads
+//! against the whole batch's, and the hybrid models' packed documents against each document
+//! alone.
 //!
 //! Tolerance of the finite differences: |autodiff - finite difference| <= 1e-6 x the largest
 //! autodiff gradient of that tensor (central differences with step 1e-6 are accurate to about
@@ -17,9 +18,12 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use common::golden::{case_dirs, collect_grads, Report, Tolerance};
+use mamba2_burn::checkpoint::load_hybrid;
+use mamba2_burn::hybrid::HybridLm;
 use mamba2_burn::ssd::{ssd_chunked, ssd_chunked_tensor_ops, SsdInput};
-use mamba2_burn::{Mamba2, Mamba2Config, Mamba2State};
+use mamba2_burn::{Documents, Mamba2, Mamba2Config, Mamba2State};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -539,4 +543,84 @@ fn a_step_spread_over_threads_has_the_whole_batch_gradient() {
         &grads_of(&model, &whole.grads),
         "regressor gradients",
     );
+}
+
+/// Packed documents (`forward_documents`) give each document the logits it has alone and, for
+/// a loss over all of them, the gradients of every weight that the documents one by one give:
+/// no Mamba state, convolution window or attention crosses a boundary, and rotary positions
+/// restart. Every hybrid case (Mamba, attention, parallel, MLP and expert layers;
+/// `MAMBA2_HYBRID_REFERENCE_DIR` replaces them), in f64: in f32 the packed and the one-by-one
+/// sums round differently, and Nemotron-H's router gradient (its weights are normalised to a
+/// constant sum, so the gradient is a difference of nearly equal terms) differed by 1.4e-5 of
+/// its largest value on an AVX-512 machine and by 1.3e-4 on an AVX2-only AMD EPYC, whose matrix
+/// products block their sums otherwise; a boundary crossed misses by 0.6 and more in either.
+#[test]
+fn packed_documents_equal_each_document_alone() {
+    let dev = dev();
+    let rows = [vec![7, 1, 12], vec![20]];
+    let root = match std::env::var_os("MAMBA2_HYBRID_REFERENCE_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hybrid"),
+    };
+    let dirs = case_dirs(&root);
+    assert!(!dirs.is_empty(), "no hybrid case in {}", root.display());
+    for dir in dirs {
+        let model: HybridLm<B> = load_hybrid(&dir, &dev).unwrap();
+        let vocab = model.vocab_size() as i64;
+        let ids: Vec<Vec<i64>> = (0..rows.len() as i64)
+            .map(|r| (0..20).map(|t| (r * 31 + t * 7 + 3) % vocab).collect())
+            .collect();
+        let flat: Vec<i64> = ids.concat();
+        let tensor = |v: Vec<i64>, len: usize| {
+            let rows = v.len() / len;
+            Tensor::<B, 2, Int>::from_data(TensorData::new(v, [rows, len]), &dev)
+        };
+        let documents = Documents::from_lengths(&rows, &dev).unwrap();
+        let packed = model
+            .forward_documents(tensor(flat, 20), Some(&documents))
+            .unwrap();
+        // a fixed weighting of every logit, so that the loss reaches every weight
+        let weights = |n: usize| {
+            let v: Vec<f64> = (0..n).map(|i| ((i * 13) % 7) as f64 - 3.0).collect();
+            Tensor::<B, 1>::from_data(TensorData::new(v, [n]), &dev)
+        };
+        let n = packed.shape().num_elements();
+        let w = weights(n).reshape(packed.dims());
+        let packed_grads = (packed.clone() * w.clone()).sum().backward();
+        let mut alone = Vec::new();
+        let mut loss = Tensor::<B, 1>::zeros([1], &dev);
+        for (r, lengths) in rows.iter().enumerate() {
+            let mut start = 0;
+            for &len in lengths {
+                let doc = ids[r][start..start + len].to_vec();
+                let logits = model.forward(tensor(doc, len), None).unwrap().0;
+                let w_doc = w.clone().narrow(0, r, 1).narrow(1, start, len);
+                loss = loss + (logits.clone() * w_doc).sum();
+                alone.push((r, start, logits));
+                start += len;
+            }
+        }
+        let alone_grads = loss.backward();
+        // the same values summed in other orders (the experts' batches, the matmuls' shapes)
+        let mut report = Report::new(Tolerance {
+            forward: 1e-5,
+            grad: 1e-4,
+        });
+        for (r, start, logits) in alone {
+            let len = logits.dims()[1];
+            let got = packed.clone().narrow(0, r, 1).narrow(1, start, len);
+            let what = format!("logits of row {r} from {start}");
+            report.compare(&what, got.into_data(), &logits.into_data(), false);
+        }
+        let expected = collect_grads(&model, &alone_grads);
+        for (name, grad) in collect_grads(&model, &packed_grads) {
+            report.compare(&format!("grad {name}"), grad, &expected[&name], true);
+        }
+        assert!(
+            report.failures.is_empty(),
+            "{}: {:?}",
+            dir.display(),
+            report.failures
+        );
+    }
 }
