@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::TensorData;
 use mamba2_burn::checkpoint::{hybrid_tensor_name, load_hybrid, read_hybrid_config};
 use mamba2_burn::hybrid::{HybridCache, HybridLm};
 use mamba2_burn::train::masked_cross_entropy;
